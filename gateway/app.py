@@ -1,0 +1,122 @@
+"""The ASGI application: routes, the gateway's own endpoints, lifespan.
+
+``create_app(config)`` builds a :class:`~gateway.state.Gateway` and a Starlette app around
+it. Model endpoints and pass-through are plain ASGI apps (no request/response wrappers, no
+BaseHTTPMiddleware, which would hide client disconnects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.config import Config
+from gateway.errors import GatewayError, NotFound, error_body
+from gateway.passthrough import Passthrough
+from gateway.proxy import ModelEndpoint
+from gateway.state import Gateway
+from gateway.upstreams.base import Upstream
+
+__all__ = ["create_app"]
+
+
+def create_app(
+    config: Config,
+    *,
+    request_sink: Callable[[dict[str, Any]], None] | None = None,
+    upstreams: dict[str, Upstream] | None = None,
+    watch_policy: bool | None = None,
+) -> Starlette:
+    """Build the gateway app. ``request_sink`` also receives each request's log record
+    (tests); ``watch_policy`` overrides ``server.policy_reload``."""
+    gw = Gateway(config, request_sink=request_sink, upstreams=upstreams)
+    watch = config.server.policy_reload if watch_policy is None else watch_policy
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        watcher = None
+        if watch:
+            ready = asyncio.Event()
+            watcher = asyncio.create_task(gw.policies.watch(ready))
+            await ready.wait()
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            await gw.aclose()
+
+    async def models(request: Request) -> Response:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
+                for name in gw.models.routes]
+        return _json({"object": "list", "data": data})
+
+    async def healthz(request: Request) -> Response:
+        return _json({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        enabled = [u.name for u in gw.upstreams.values() if u.enabled]
+        ready = bool(enabled)
+        return _json({"status": "ready" if ready else "not_ready", "upstreams": enabled},
+                     200 if ready else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(gw.metrics.render(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    passthrough = Passthrough(gw)
+    routes = [
+        Route("/v1/chat/completions", ModelEndpoint(gw, "chat", "/chat/completions"),
+              methods=["POST"]),
+        Route("/v1/completions", ModelEndpoint(gw, "completions", "/completions"),
+              methods=["POST"]),
+        Route("/v1/embeddings", ModelEndpoint(gw, "embeddings", "/embeddings"),
+              methods=["POST"]),
+        Route("/v1/models", _authenticated(gw, models), methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/{rest:path}", passthrough,
+              methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error})
+    app.state.gateway = gw
+    return app
+
+
+def _authenticated(gw: Gateway, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def guarded(request: Request) -> Response:
+        try:
+            gw.auth.check(request.scope["headers"])
+        except GatewayError as exc:
+            return Response(exc.body(), exc.status, media_type="application/json")
+        return await endpoint(request)
+
+    return guarded
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status, media_type="application/json")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        err = NotFound(f"no route for {request.method} {request.url.path}")
+        return Response(err.body(), 404, media_type="application/json")
+    body = error_body(str(exc.detail), "invalid_request_error", "method_not_allowed"
+                      if exc.status_code == 405 else None)
+    return Response(body, exc.status_code, media_type="application/json",
+                    headers=exc.headers)

@@ -1,0 +1,71 @@
+"""``gateway`` command line: serve, check, and the tools of later stages.
+
+    gateway serve [--config FILE] [--host H] [--port P]
+    gateway check FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gateway.config import load_config
+from gateway.errors import ConfigError
+from gateway.policy import load_policy
+
+__all__ = ["main"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.requestlog import configure_logging
+
+    config = load_config(args.config)
+    configure_logging(config.logging.level)
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=args.host or config.server.host,
+        port=args.port if args.port is not None else config.server.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    policy = load_policy(config.policy_path)
+    print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "
+          f"model(s); policy {config.policy_path} (version {policy.version!r})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the gateway")
+    serve.add_argument("--config", default="gateway.example.toml")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=_serve)
+    check = sub.add_parser("check", help="validate a config file and its policy, then exit")
+    check.add_argument("config")
+    check.set_defaults(func=_check)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The gateway's static configuration: ``gateway.toml`` -> frozen, typed objects.
+
+Read once at start-up (``gateway check CONFIG`` validates without serving). What changes at
+run time lives in the policy file (see :mod:`gateway.policy`), which is reloaded live.
+
+Example: see ``gateway.example.toml`` and the configuration reference in README.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gateway.errors import ConfigError
+from gateway.schema import bounded, load_toml, parse
+
+__all__ = [
+    "AuthConfig",
+    "Config",
+    "GatewayKey",
+    "LoggingConfig",
+    "ModelConfig",
+    "ServerConfig",
+    "Target",
+    "UpstreamConfig",
+    "load_config",
+]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = bounded(8080, ge=0, le=65535)
+    #: Request bodies above this many bytes get 413.
+    max_body_bytes: int = bounded(10 * 1024 * 1024, ge=1024)
+    #: Policy file, relative to the config file's folder.
+    policy: str = "policies/default.toml"
+    #: Watch the policy file and swap in valid edits without a restart.
+    policy_reload: bool = True
+
+
+@dataclass(frozen=True)
+class GatewayKey:
+    """A client key: ``id`` is what logs show; the secret comes from ``key_env`` or its SHA-256."""
+
+    id: str
+    key_env: str | None = None
+    sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.key_env is None) == (self.sha256 is None):
+            raise ValueError(f"key {self.id!r}: set exactly one of key_env, sha256")
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    #: Empty: the gateway accepts any (or no) Authorization header.
+    keys: tuple[GatewayKey, ...] = ()
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """One upstream. ``type = "openai"``: any OpenAI-compatible base URL."""
+
+    type: Literal["openai", "local"]
+    base_url: str = ""
+    #: Environment variable holding the upstream key. When set here but absent from the
+    #: environment, the upstream is disabled and routing skips it.
+    api_key_env: str | None = None
+    connect_timeout_ms: int = bounded(2_000, ge=1)
+    #: Longest silence allowed between two reads of a response (ms), per attempt.
+    read_timeout_ms: int = bounded(120_000, ge=1)
+    max_connections: int = bounded(512, ge=1)
+    #: Extra headers sent with every request to this upstream.
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.type == "openai" and not self.base_url:
+            raise ValueError("type 'openai' needs base_url")
+
+    @property
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.api_key_env is None or bool(self.api_key)
+
+
+@dataclass(frozen=True)
+class Target:
+    upstream: str
+    model: str
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A public model name: ordered fallback ``targets`` and extra names (``aliases``)."""
+
+    targets: tuple[Target, ...]
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise ValueError("targets must name at least one upstream")
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    #: One JSON line per request on stdout.
+    requests: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    upstreams: dict[str, UpstreamConfig] = field(default_factory=dict)
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+    #: Set by load_config: the folder relative paths are resolved against.
+    root: str = "."
+
+    @property
+    def policy_path(self) -> Path:
+        return Path(self.root) / self.server.policy
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a gateway config file.
+
+    Raises ConfigError naming the file and key for unknown keys, bad values, models that name
+    missing upstreams, and aliases that collide with model names or each other.
+    """
+    path = str(path)
+    data = load_toml(path)
+    if "root" in data:
+        raise ConfigError(path, "root", "unknown key")
+    config = parse(Config, data, path)
+    config = Config(
+        server=config.server,
+        auth=config.auth,
+        logging=config.logging,
+        upstreams=config.upstreams,
+        models=config.models,
+        root=str(Path(path).resolve().parent),
+    )
+    _check_references(config, path)
+    return config
+
+
+def _check_references(config: Config, path: str) -> None:
+    names: dict[str, str] = {}
+    for name, model in config.models.items():
+        for i, target in enumerate(model.targets):
+            if target.upstream not in config.upstreams:
+                allowed = ", ".join(sorted(config.upstreams)) or "(none defined)"
+                raise ConfigError(
+                    path,
+                    f"models.{name}.targets[{i}].upstream",
+                    f"unknown upstream {target.upstream!r}; defined upstreams: {allowed}",
+                )
+        for public in (name, *model.aliases):
+            if public in names:
+                raise ConfigError(
+                    path, f"models.{name}", f"name {public!r} already used by {names[public]!r}"
+                )
+            names[public] = name

@@ -1,0 +1,145 @@
+"""The gateway's one error hierarchy.
+
+Every error a client can see knows its HTTP status and its OpenAI error ``type``/``code``,
+and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides/error-codes)::
+
+    GatewayError
+     ├── InvalidRequest            400 invalid_request_error
+     │    ├── InvalidJSON          400 invalid_request_error / invalid_json
+     │    └── RequestTooLarge      413 invalid_request_error / request_too_large
+     ├── AuthenticationFailed      401 authentication_error / invalid_api_key
+     ├── ModelNotFound             404 invalid_request_error / model_not_found
+     ├── NotFound                  404 invalid_request_error / not_found
+     ├── UpstreamError             502 upstream_error / upstream_error
+     │    ├── UpstreamUnreachable  502 upstream_error / upstream_unreachable
+     │    └── UpstreamTimeout      504 upstream_error / upstream_timeout
+     └── NoUpstreamAvailable       503 overloaded_error / no_upstream_available
+
+Library errors (httpx, orjson, tomllib) are converted where they enter, with ``from exc``.
+``ConfigError`` is separate: it never reaches a client, it names a file and a key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "AuthenticationFailed",
+    "ConfigError",
+    "GatewayError",
+    "InvalidJSON",
+    "InvalidRequest",
+    "ModelNotFound",
+    "NoUpstreamAvailable",
+    "NotFound",
+    "RequestTooLarge",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "UpstreamUnreachable",
+    "error_body",
+]
+
+
+def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
+    """Serialise an OpenAI error object: ``{"error": {message, type, param, code}}`` (bytes)."""
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+class GatewayError(Exception):
+    """Base of every error that becomes an HTTP response.
+
+    Attributes: ``status`` (HTTP status), ``type`` and ``code`` (OpenAI ``error.type`` and
+    ``error.code``), ``param`` (the offending request field, or None), ``headers`` (extra
+    response headers, e.g. ``Retry-After``).
+    """
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> bytes:
+        """The OpenAI error JSON for this error (bytes)."""
+        return error_body(self.message, self.type, self.code, self.param)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class InvalidJSON(InvalidRequest):
+    code = "invalid_json"
+
+
+class RequestTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class NoUpstreamAvailable(GatewayError):
+    status = 503
+    type = "overloaded_error"
+    code = "no_upstream_available"
+
+
+class ConfigError(Exception):
+    """A configuration or policy file is invalid: the message names the file and the key."""
+
+    def __init__(self, path: str, key: str, message: str) -> None:
+        super().__init__(f"{path}: {key}: {message}" if key else f"{path}: {message}")
+        self.path = path
+        self.key = key

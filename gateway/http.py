@@ -1,0 +1,133 @@
+"""Small ASGI helpers for the request path: body reading with a size limit, JSON and error
+responses, header filtering, and running work that a client disconnect cancels."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
+
+import orjson
+
+from gateway.errors import GatewayError, RequestTooLarge
+from gateway.types import Receive, Send
+
+__all__ = [
+    "ClientDisconnected",
+    "HOP_BY_HOP",
+    "forward_request_headers",
+    "forward_response_headers",
+    "read_body",
+    "run_until_disconnect",
+    "send_bytes",
+    "send_error",
+    "send_json",
+]
+
+T = TypeVar("T")
+
+#: Never forwarded in either direction (RFC 9110 7.6.1), plus what the gateway recomputes
+#: or replaces (host, length, keys).
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+    b"trailer", b"transfer-encoding", b"upgrade", b"host", b"content-length",
+    b"authorization", b"x-api-key", b"api-key", b"accept-encoding", b"x-request-id",
+    b"cache-control",
+})
+_RESPONSE_DROP = HOP_BY_HOP | {b"content-encoding", b"date", b"server", b"set-cookie"}
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the response was complete."""
+
+
+async def read_body(receive: Receive, limit: int, declared: int | None = None) -> bytes:
+    """The whole request body; RequestTooLarge (413) as soon as it passes ``limit`` bytes."""
+    if declared is not None and declared > limit:
+        raise RequestTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def run_until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
+    """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected.
+
+    Call only after the request body was read: from then on, ``receive()`` returns nothing
+    but ``http.disconnect`` (ASGI spec), so watching it costs one pending task.
+    """
+    task: asyncio.Future[T] = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        watcher.cancel()
+        raise
+    if task.done():
+        watcher.cancel()
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+    raise ClientDisconnected()
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def forward_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Client headers safe to pass upstream: no hop-by-hop, no keys, no gateway controls."""
+    return [(k, v) for k, v in raw if k not in HOP_BY_HOP and not k.startswith(b"x-gateway-")]
+
+
+def forward_response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Upstream headers passed to the client (rate-limit, processing time, content type...).
+
+    Header names arrive in the upstream's case; ASGI wants them lower-cased.
+    """
+    out = []
+    for k, v in raw:
+        k = k.lower()
+        if k == b"x-request-id":  # ours goes back as x-request-id; keep theirs for support
+            out.append((b"x-upstream-request-id", v))
+        elif k not in _RESPONSE_DROP:
+            out.append((k, v))
+    return out
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(
+    send: Send, status: int, obj: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    out = [(b"content-type", b"application/json")] + (headers or [])
+    await send_bytes(send, status, orjson.dumps(obj), out)
+
+
+async def send_error(
+    send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    out = [(b"content-type", b"application/json")] + (headers or [])
+    out += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send_bytes(send, error.status, error.body(), out)

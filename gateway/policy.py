@@ -1,0 +1,127 @@
+"""Policy: what the gateway does to each request, reloaded live from TOML.
+
+The policy file holds the knobs operators tune while traffic flows (retries, streaming, and
+later the cache, routing, compression and shedding stages). :class:`PolicyStore` watches the
+file and swaps in a new, fully validated :class:`Policy` atomically; an invalid edit is
+rejected and logged, and the old policy keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import watchfiles
+
+from gateway.errors import ConfigError
+from gateway.schema import bounded, load_toml, parse
+
+__all__ = ["Policy", "PolicyStore", "RetryPolicy", "StreamingPolicy", "load_policy"]
+
+log = structlog.get_logger("gateway.policy")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries per target, with exponential backoff and full jitter.
+
+    Source: AWS Architecture Blog, "Exponential Backoff And Jitter" (2015): the delay before
+    retry n (n >= 1) is uniform in [0, min(max_delay_ms, base_delay_ms * 2**(n-1))].
+    Retries happen only while no byte has reached the client.
+    """
+
+    #: Attempts per target, the first included.
+    max_attempts: int = bounded(3, ge=1, le=10)
+    base_delay_ms: int = bounded(50, ge=0)
+    max_delay_ms: int = bounded(2_000, ge=0)
+    #: A Retry-After longer than this (ms) is not waited for: the next target is tried instead.
+    max_retry_after_ms: int = bounded(5_000, ge=0)
+    retry_on_status: tuple[int, ...] = (429, 500, 502, 503, 504)
+
+
+@dataclass(frozen=True)
+class StreamingPolicy:
+    #: Ask OpenAI-style upstreams for the final usage chunk (for logs and metrics); it is
+    #: forwarded only to clients that asked for it themselves.
+    observe_usage: bool = True
+
+
+@dataclass(frozen=True)
+class Policy:
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    streaming: StreamingPolicy = field(default_factory=StreamingPolicy)
+    version: str = "default"
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Load and validate a policy file; raises ConfigError naming the file and key."""
+    return parse(Policy, load_toml(path), str(path))
+
+
+class PolicyStore:
+    """Holds the current policy; ``current`` is read on every request (one attribute load).
+
+    ``watch()`` runs until cancelled, reloading on change. ``reload()`` may also be called
+    directly (e.g. on SIGHUP); it returns True when a new policy was swapped in.
+    """
+
+    def __init__(self, path: str | Path, on_change: Callable[[Policy], None] | None = None):
+        self.path = Path(path)
+        self.current: Policy = load_policy(self.path)
+        self.reloads = 0
+        self.rejected = 0
+        #: Bumped after every reload attempt, valid or not; see wait_generation().
+        self.generation = 0
+        self._on_change = on_change
+        self._cond = threading.Condition()
+
+    def reload(self) -> bool:
+        try:
+            policy = load_policy(self.path)
+        except ConfigError as exc:
+            self.rejected += 1
+            log.error("policy_rejected", path=str(self.path), error=str(exc))
+            ok = False
+        else:
+            ok = True
+            if policy != self.current:
+                self.current = policy
+                self.reloads += 1
+                log.info("policy_reloaded", path=str(self.path), version=policy.version)
+                if self._on_change is not None:
+                    self._on_change(policy)
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+        return ok
+
+    def wait_generation(self, after: int, timeout: float) -> bool:
+        """Block (any thread) until a reload attempt newer than ``after`` finished."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.generation > after, timeout)
+
+    async def watch(self, ready: asyncio.Event | None = None) -> None:
+        """Reload whenever the file changes (editors' atomic renames included)."""
+        target = self.path.resolve()
+        stop = asyncio.Event()
+        with contextlib.suppress(asyncio.CancelledError):
+            watcher = watchfiles.awatch(
+                target.parent,
+                watch_filter=lambda _change, p: Path(p) == target,
+                stop_event=stop,
+                debounce=50,
+                step=20,
+                yield_on_timeout=True,
+                rust_timeout=200,
+            )
+            async for changes in watcher:
+                # The first (empty) yield comes once the OS watch is in place.
+                if ready is not None and not ready.is_set():
+                    ready.set()
+                if changes:
+                    await asyncio.to_thread(self.reload)

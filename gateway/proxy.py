@@ -1,0 +1,220 @@
+"""The model endpoints (chat completions, completions, embeddings) as plain ASGI apps.
+
+Each request: authenticate, read and check the body once, resolve the model, then dispatch
+to its targets (retries and fallback, see :mod:`gateway.dispatch`) while a watcher cancels
+everything the moment the client disconnects. Streams are forwarded event by event as they
+arrive; an upstream failure mid-stream becomes an OpenAI error event and the stream ends
+(never a fake ``[DONE]``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import orjson
+import structlog
+
+from gateway.config import Target
+from gateway.dispatch import Opened
+from gateway.errors import GatewayError, UpstreamError
+from gateway.http import (
+    ClientDisconnected,
+    forward_request_headers,
+    forward_response_headers,
+    read_body,
+    run_until_disconnect,
+    send_bytes,
+    send_error,
+)
+from gateway.requestlog import RequestRecord
+from gateway.sse import StreamObserver, error_event
+from gateway.state import Gateway
+from gateway.types import Receive, Scope, Send
+from gateway.upstreams.base import Reply, UpstreamRequest
+from gateway.validate import Kind, parse_body
+
+__all__ = ["ModelEndpoint", "request_id_of"]
+
+log = structlog.get_logger("gateway.proxy")
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
+    """The client's ``x-request-id`` (if sane), else a new one."""
+    for k, v in headers:
+        if k == b"x-request-id" and 0 < len(v) <= 128 and v.isascii():
+            return v.decode()
+    return uuid.uuid4().hex
+
+
+class ModelEndpoint:
+    """ASGI app for one model endpoint; ``path`` is the upstream path, e.g. /chat/completions."""
+
+    def __init__(self, gateway: Gateway, kind: Kind, path: str):
+        self.gw = gateway
+        self.kind = kind
+        self.path = path
+        self.route = "/v1" + path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gw = self.gw
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        rec = RequestRecord(request_id_of(headers), self.route)
+        extra = [(b"x-request-id", rec.request_id.encode())]
+        state = {"started": False}
+        gw.metrics.in_flight.inc()
+        try:
+            rec.key_id = gw.auth.check(headers)
+            body = await read_body(receive, gw.config.server.max_body_bytes,
+                                   _content_length(headers))
+            data = parse_body(body, self.kind)
+            rec.model_requested = data["model"]
+            rec.stream = bool(data.get("stream"))
+            route = gw.models.resolve(data["model"])
+            if rec.stream:
+                work = self._stream(data, body, route.targets, headers, rec, extra, send, state)
+            else:
+                work = self._unary(data, body, route.targets, headers, rec, extra, send)
+            await run_until_disconnect(receive, work)
+        except ClientDisconnected:
+            rec.cancelled = True
+            rec.status = 499  # nginx's "client closed request"
+        except GatewayError as exc:
+            rec.status, rec.error_type, rec.error_code = exc.status, exc.type, exc.code
+            if not state["started"]:
+                await send_error(send, exc, extra)
+        except Exception:
+            log.exception("unhandled_error", request_id=rec.request_id, route=self.route)
+            rec.status, rec.error_type, rec.error_code = 500, "server_error", "internal_error"
+            if not state["started"]:
+                await send_error(send, GatewayError("internal gateway error"), extra)
+        finally:
+            gw.metrics.in_flight.dec()
+            rec.finish()
+            gw.metrics.observe(rec)
+            gw.logger.emit(rec)
+
+    def _builder(
+        self, data: dict[str, Any], raw: bytes, client_headers: list[tuple[bytes, bytes]],
+        rec: RequestRecord, changed: bool,
+    ) -> Any:
+        forwarded = forward_request_headers(client_headers)
+
+        def build(target: Target) -> UpstreamRequest:
+            if target.model != data["model"] or changed:
+                body = orjson.dumps({**data, "model": target.model})
+            else:
+                body = raw
+            return UpstreamRequest("POST", self.path, body, forwarded, rec.stream, rec.request_id)
+
+        return build
+
+    async def _unary(
+        self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
+        headers: list[tuple[bytes, bytes]], rec: RequestRecord,
+        extra: list[tuple[bytes, bytes]], send: Send,
+    ) -> None:
+        build = self._builder(data, raw, headers, rec, changed=False)
+        _, reply = await self.gw.dispatcher.unary(targets, build, self.gw.policy.retry, rec)
+        rec.upstream_ended = time.perf_counter()
+        _observe_reply(reply, rec)
+        await send_bytes(send, reply.status, reply.body,
+                         forward_response_headers(reply.headers) + extra)
+
+    async def _stream(
+        self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
+        headers: list[tuple[bytes, bytes]], rec: RequestRecord,
+        extra: list[tuple[bytes, bytes]], send: Send, state: dict[str, bool],
+    ) -> None:
+        policy = self.gw.policy
+        options = data.get("stream_options") or {}
+        hide_usage = policy.streaming.observe_usage and not options.get("include_usage")
+        if hide_usage:
+            data = {**data, "stream_options": {**options, "include_usage": True}}
+        build = self._builder(data, raw, headers, rec, changed=hide_usage)
+        _, opened = await self.gw.dispatcher.stream(targets, build, policy.retry, rec)
+        if isinstance(opened, Reply):  # the upstream refused with a status: pass it on
+            rec.upstream_ended = time.perf_counter()
+            _observe_reply(opened, rec)
+            await send_bytes(send, opened.status, opened.body,
+                             forward_response_headers(opened.headers) + extra)
+            return
+        await self._relay(opened, rec, extra, send, state, hide_usage)
+
+    async def _relay(
+        self, opened: Opened, rec: RequestRecord, extra: list[tuple[bytes, bytes]],
+        send: Send, state: dict[str, bool], hide_usage: bool,
+    ) -> None:
+        observer = StreamObserver(hide_usage_chunk=hide_usage)
+        rec.status = 200
+        start_headers = _SSE_HEADERS + [
+            h for h in forward_response_headers(opened.response.headers)
+            if h[0] not in (b"content-type", b"cache-control")
+        ] + extra
+        await send({"type": "http.response.start", "status": 200, "headers": start_headers})
+        state["started"] = True
+        try:
+            out = observer.feed(opened.first)
+            if out:
+                rec.mark_first_event()
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            try:
+                async for chunk in opened.chunks:
+                    out = observer.feed(chunk)
+                    if out:
+                        rec.mark_first_event()
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+            finally:
+                rec.upstream_ended = time.perf_counter()
+                opened.response.close()
+            out = observer.flush()
+            if not (observer.done or observer.errored):
+                raise UpstreamError("the upstream ended the stream without [DONE]")
+        except UpstreamError as exc:
+            rec.error_type, rec.error_code = exc.type, exc.code
+            out = observer.flush() + error_event(exc.as_dict())
+        rec.finish_reason = observer.finish_reason
+        rec.take_usage(observer.usage)
+        if observer.errored and rec.error_type is None:
+            rec.error_type = "upstream_error"
+        await send({"type": "http.response.body", "body": out, "more_body": False})
+
+
+def _observe_reply(reply: Reply, rec: RequestRecord) -> None:
+    rec.status = reply.status
+    try:
+        obj = orjson.loads(reply.body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        if reply.status >= 400:
+            rec.error_type = "upstream_error"
+        return
+    if reply.status >= 400:
+        error = obj.get("error")
+        rec.error_type = error.get("type") if isinstance(error, dict) else "upstream_error"
+        rec.error_code = error.get("code") if isinstance(error, dict) else None
+        return
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        rec.take_usage(usage)
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[-1], dict):
+        rec.finish_reason = choices[-1].get("finish_reason")
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for k, v in headers:
+        if k == b"content-length":
+            try:
+                return int(v)
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,139 @@
+"""One structured JSON line per request: the record, its schema and where it goes.
+
+Schema (stable; new fields are only ever added). Times are milliseconds, tokens are counts:
+
+=================  =====================================================================
+request_id         taken from the client's ``x-request-id`` or made; returned in the response
+ts                 request arrival, ISO 8601 UTC
+route              endpoint path, e.g. ``/v1/chat/completions``
+key_id             the gateway key's id (never the key), or null
+model_requested    ``model`` as the client sent it
+model_served       the upstream model id that answered
+upstream           the upstream's name
+status             HTTP status returned to the client
+stream             whether the client asked for SSE
+ttft_ms            streaming: arrival -> first event forwarded
+total_ms           arrival -> last byte sent
+upstream_ms        first upstream attempt -> last upstream byte (retries included)
+overhead_ms        total_ms - upstream_ms: what the gateway itself added
+prompt_tokens, completion_tokens, cached_tokens   from the upstream's usage
+finish_reason      from the last choice
+retries            attempts beyond the first, across fallback targets
+cancelled          the client went away before the response was complete
+error_type         OpenAI ``error.type`` when the request failed, else null
+error_code         OpenAI ``error.code`` when the request failed, else null
+cache, route_tier, route_score, compression, shed   filled by pipeline stages (null when off)
+=================  =====================================================================
+
+Prompt and completion text and keys are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import structlog
+
+__all__ = ["FIELDS", "RequestLogger", "RequestRecord", "configure_logging"]
+
+FIELDS = (
+    "request_id", "ts", "route", "key_id", "model_requested", "model_served", "upstream",
+    "status", "stream", "ttft_ms", "total_ms", "upstream_ms", "overhead_ms", "prompt_tokens",
+    "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
+    "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
+)
+
+
+class RequestRecord:
+    """Mutable per-request facts, filled along the request path and emitted once."""
+
+    __slots__ = (*FIELDS, "started", "upstream_started", "upstream_ended")
+
+    def __init__(self, request_id: str, route: str, stream: bool = False):
+        self.started = time.perf_counter()
+        self.upstream_started: float | None = None
+        self.upstream_ended: float | None = None
+        self.request_id = request_id
+        self.ts = time.time()
+        self.route = route
+        self.stream = stream
+        self.retries = 0
+        self.cancelled = False
+        self.status = 0
+        for name in ("key_id", "model_requested", "model_served", "upstream", "ttft_ms",
+                     "total_ms", "upstream_ms", "overhead_ms", "prompt_tokens",
+                     "completion_tokens", "cached_tokens", "finish_reason", "error_type",
+                     "error_code", "cache", "route_tier", "route_score", "compression", "shed"):
+            setattr(self, name, None)
+
+    def mark_first_event(self) -> None:
+        if self.ttft_ms is None:
+            self.ttft_ms = round((time.perf_counter() - self.started) * 1000, 3)
+
+    def take_usage(self, usage: dict[str, Any] | None) -> None:
+        if not usage:
+            return
+        self.prompt_tokens = usage.get("prompt_tokens")
+        self.completion_tokens = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_tokens = details.get("cached_tokens")
+
+    def finish(self) -> None:
+        now = time.perf_counter()
+        total = (now - self.started) * 1000
+        self.total_ms = round(total, 3)
+        if self.upstream_started is not None:
+            upstream = ((self.upstream_ended or now) - self.upstream_started) * 1000
+            self.upstream_ms = round(upstream, 3)
+            self.overhead_ms = round(total - upstream, 3)
+        else:
+            self.overhead_ms = self.total_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in FIELDS}
+        out["ts"] = datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds")
+        return out
+
+
+class RequestLogger:
+    """Emits finished records. ``sink`` receives each record as a dict (tests pass a list's
+    ``append``); by default the line goes to structlog as event ``request``."""
+
+    def __init__(self, sink: Callable[[dict[str, Any]], None] | None = None, enabled: bool = True):
+        self._log = structlog.get_logger("gateway.request")
+        self._sink = sink
+        self.enabled = enabled
+
+    def emit(self, record: RequestRecord) -> None:
+        if not self.enabled and self._sink is None:
+            return
+        fields = record.as_dict()
+        if self._sink is not None:
+            self._sink(fields)
+        if self.enabled:
+            self._log.info("request", **fields)
+
+
+def configure_logging(level: str = "info") -> None:
+    """JSON lines on stdout through structlog + orjson (called once by the CLI)."""
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="logged_at"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(serializer=orjson.dumps),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.BytesLoggerFactory(file=sys.stdout.buffer),
+        cache_logger_on_first_use=True,
+    )

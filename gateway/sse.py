@@ -1,0 +1,87 @@
+"""Observe an OpenAI server-sent-event stream on its way through, without re-serialising it.
+
+:class:`StreamObserver` cuts the byte stream into whole events (so the client never gets
+half an event from us) and notes what logs and metrics need: when the first event arrived,
+``finish_reason``, ``usage``, whether ``[DONE]`` or an error event was seen. The only event
+it may drop is the usage-only chunk (``"choices": []``) that the gateway itself asked for
+when the client did not. Wire format: https://platform.openai.com/docs/api-reference/chat-streaming
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+__all__ = ["StreamObserver", "error_event"]
+
+_FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
+_DONE = b"data: [DONE]"
+
+
+def error_event(error: dict[str, Any]) -> bytes:
+    """An SSE event carrying an OpenAI error object; the openai SDK raises on it."""
+    return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+
+
+class StreamObserver:
+    __slots__ = ("_buf", "_hide_usage", "done", "errored", "events", "finish_reason", "usage")
+
+    def __init__(self, hide_usage_chunk: bool = False):
+        self._buf = b""
+        self._hide_usage = hide_usage_chunk
+        self.events = 0
+        self.done = False
+        self.errored = False
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take bytes from upstream; return the complete events to forward now (may be b"")."""
+        buf = self._buf + chunk if self._buf else chunk
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return b""
+        complete, self._buf = buf[: end + 2], buf[end + 2 :]
+        return self._observe(complete)
+
+    def flush(self) -> bytes:
+        """What remains at the end of the stream (an unterminated last event, if any)."""
+        rest, self._buf = self._buf, b""
+        return self._observe(rest + b"\n\n") if rest.strip() else b""
+
+    def _observe(self, block: bytes) -> bytes:
+        if b"\r\n" in block:  # normalise CRLF framing once; OpenAI itself sends LF
+            block = block.replace(b"\r\n", b"\n")
+        count = block.count(b"\n\n")
+        self.events += count
+        if _DONE in block:
+            self.done = True
+        if b'"finish_reason":"' in block or b'"finish_reason": "' in block:
+            m = _FINISH.search(block)
+            if m:
+                self.finish_reason = m.group(1).decode()
+        if b'data: {"error"' in block:
+            self.errored = True
+        if b'"usage":{' in block or b'"usage": {' in block:
+            return self._take_usage(block)
+        return block
+
+    def _take_usage(self, block: bytes) -> bytes:
+        kept: list[bytes] = []
+        for event in block.split(b"\n\n"):
+            if not event:
+                continue
+            if event.startswith(b"data: {") and b'"usage"' in event:
+                try:
+                    obj = orjson.loads(event[6:])
+                except orjson.JSONDecodeError:
+                    obj = None
+                if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                    self.usage = obj["usage"]
+                    if self._hide_usage and obj.get("choices") == []:
+                        continue
+            kept.append(event + b"\n\n")
+        return b"".join(kept)

@@ -1,0 +1,93 @@
+"""The gateway's runtime objects, built from a :class:`~gateway.config.Config`.
+
+One :class:`Gateway` per app: no module-level state. Built by the app factory, closed by the
+app's lifespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.auth import Authenticator
+from gateway.config import Config, Target, UpstreamConfig
+from gateway.dispatch import Dispatcher
+from gateway.errors import ModelNotFound
+from gateway.metrics import Metrics
+from gateway.policy import Policy, PolicyStore
+from gateway.requestlog import RequestLogger
+from gateway.upstreams.base import Upstream
+from gateway.upstreams.openai import OpenAIUpstream
+
+__all__ = ["Gateway", "ModelRoute", "ModelTable", "build_upstream"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    name: str
+    targets: tuple[Target, ...]
+
+
+class ModelTable:
+    """Public model names and aliases -> the model's ordered targets."""
+
+    def __init__(self, config: Config):
+        self.routes: dict[str, ModelRoute] = {}
+        self.names: list[str] = []
+        for name, model in config.models.items():
+            route = ModelRoute(name, model.targets)
+            self.names.append(name)
+            for public in (name, *model.aliases):
+                self.routes[public] = route
+
+    def resolve(self, name: str) -> ModelRoute:
+        route = self.routes.get(name)
+        if route is None:
+            raise ModelNotFound(f"the model '{name}' does not exist on this gateway; "
+                                "GET /v1/models lists the available models", param="model")
+        return route
+
+
+def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
+    if config.type == "openai":
+        return OpenAIUpstream(name, config)
+    raise NotImplementedError(f"upstream type {config.type!r} is not available yet")
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        request_sink: Callable[[dict[str, Any]], None] | None = None,
+        upstreams: dict[str, Upstream] | None = None,
+    ):
+        self.config = config
+        self.metrics = Metrics()
+        self.policies = PolicyStore(config.policy_path, on_change=self._policy_changed)
+        self.auth = Authenticator(config.auth, source="auth")
+        self.models = ModelTable(config)
+        self.upstreams = upstreams if upstreams is not None else {
+            name: build_upstream(name, up) for name, up in config.upstreams.items()
+        }
+        self.dispatcher = Dispatcher(self.upstreams)
+        self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
+
+    @property
+    def policy(self) -> Policy:
+        return self.policies.current
+
+    def _policy_changed(self, policy: Policy) -> None:
+        self.metrics.policy_reloads.labels("ok").inc()
+
+    def passthrough_upstream(self) -> Upstream | None:
+        """Where /v1/* paths the gateway does not interpret go: the first enabled upstream."""
+        for upstream in self.upstreams.values():
+            if upstream.enabled:
+                return upstream
+        return None
+
+    async def aclose(self) -> None:
+        for upstream in self.upstreams.values():
+            await upstream.aclose()

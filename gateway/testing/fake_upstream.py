@@ -1,0 +1,292 @@
+"""A fake OpenAI-compatible upstream for tests and benchmarks (raw ASGI, no framework).
+
+It speaks the real wire format (chat.completion / chat.completion.chunk, SSE with
+``data: [DONE]``, OpenAI error JSON) and is steered per request by headers:
+
+=========================  =========================================================
+``x-fake-ttft-ms``          delay before the first byte of the response (default 0)
+``x-fake-itl-ms``           delay between streamed chunks (default 0)
+``x-fake-tokens``           content chunks in the reply (default 8)
+``x-fake-status``           answer this HTTP status with an OpenAI error body
+``x-fake-retry-after``      Retry-After header (seconds) sent with that status
+``x-fake-retry-after-ms``   retry-after-ms header (OpenAI's millisecond variant)
+``x-fake-fail-times``       fail only the first N requests carrying the same
+                            ``x-fake-key`` (then answer normally)
+``x-fake-die-after``        streaming: drop the connection after N content chunks
+``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
+=========================  =========================================================
+
+Every request is recorded (:class:`Record`): headers, JSON body, and monotonic times of
+arrival, first byte, completion and client disconnect, so tests can await "the upstream saw
+the disconnect" with :meth:`FakeUpstream.wait_for` instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.types import Receive, Scope, Send
+
+__all__ = ["FakeUpstream", "Record"]
+
+
+@dataclass
+class Record:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+    arrived: float
+    first_byte: float | None = None
+    finished: float | None = None
+    disconnected: float | None = None
+    chunks_sent: int = 0
+
+    @property
+    def request_id(self) -> str | None:
+        return self.headers.get("x-request-id")
+
+
+@dataclass
+class FakeUpstream:
+    """The ASGI app. ``record_requests=False`` keeps benchmarks allocation-light."""
+
+    record_requests: bool = True
+    records: list[Record] = field(default_factory=list)
+    _fail_counts: Counter[str] = field(default_factory=Counter)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    # -- test helpers ---------------------------------------------------------------------
+    def wait_for(self, predicate: Callable[[list[Record]], Any], timeout: float = 5.0) -> Any:
+        """Block until ``predicate(records)`` is truthy (returns it), or raise TimeoutError."""
+        with self._cond:
+            result = self._cond.wait_for(lambda: predicate(self.records), timeout)
+        if not result:
+            raise TimeoutError("fake upstream: condition not met in time")
+        return result
+
+    def _touch(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def clear(self) -> None:
+        with self._cond:
+            self.records.clear()
+            self._fail_counts.clear()
+
+    # -- ASGI -----------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        assert scope["type"] == "http"
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            data = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            data = None
+        rec = Record(scope["path"], scope["method"], headers, body, data, time.monotonic())
+        if self.record_requests:
+            with self._cond:
+                self.records.append(rec)
+                self._cond.notify_all()
+        disconnected = asyncio.Event()
+        watcher = asyncio.create_task(self._watch(receive, rec, disconnected))
+        try:
+            await self._dispatch(scope["path"], headers, data, body, rec, disconnected, send)
+        finally:
+            if not watcher.done():
+                watcher.cancel()
+            rec.finished = rec.finished or time.monotonic()
+            self._touch()
+
+    async def _watch(self, receive: Receive, rec: Record, event: asyncio.Event) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                rec.disconnected = time.monotonic()
+                event.set()
+                self._touch()
+                return
+
+    async def _dispatch(
+        self,
+        path: str,
+        headers: dict[str, str],
+        data: Any,
+        raw: bytes,
+        rec: Record,
+        disconnected: asyncio.Event,
+        send: Send,
+    ) -> None:
+        ttft = float(headers.get("x-fake-ttft-ms", 0)) / 1000
+        if ttft and await _wait(disconnected, ttft):
+            return
+        status = int(headers.get("x-fake-status", 0))
+        fail_times = int(headers.get("x-fake-fail-times", 0))
+        if fail_times:
+            key = headers.get("x-fake-key", "")
+            self._fail_counts[key] += 1
+            if self._fail_counts[key] > fail_times:
+                status = 0
+            elif not status:
+                status = 503
+        if status:
+            extra = []
+            if "x-fake-retry-after" in headers:
+                extra.append((b"retry-after", headers["x-fake-retry-after"].encode()))
+            if "x-fake-retry-after-ms" in headers:
+                extra.append((b"retry-after-ms", headers["x-fake-retry-after-ms"].encode()))
+            err = {"message": f"fake upstream error {status}", "type": "server_error",
+                   "param": None, "code": None}
+            await _send_json(send, status, {"error": err}, rec, extra)
+            return
+        if path.endswith("/chat/completions") or path.endswith("/completions"):
+            chat = path.endswith("/chat/completions")
+            if isinstance(data, dict) and data.get("stream"):
+                await self._stream(data, headers, chat, rec, disconnected, send)
+            else:
+                await _send_json(send, 200, _completion(data, headers, chat), rec)
+        elif path.endswith("/embeddings"):
+            await _send_json(send, 200, _embeddings(data), rec)
+        elif path.endswith("/models"):
+            await _send_json(send, 200, {"object": "list", "data": [
+                {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]}, rec)
+        else:  # echo, for byte-for-byte passthrough tests
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/octet-stream"),
+                (b"x-fake-path", path.encode()), (b"x-fake-method", rec.method.encode())]})
+            rec.first_byte = time.monotonic()
+            await send({"type": "http.response.body", "body": raw})
+
+    async def _stream(
+        self,
+        data: dict[str, Any],
+        headers: dict[str, str],
+        chat: bool,
+        rec: Record,
+        disconnected: asyncio.Event,
+        send: Send,
+    ) -> None:
+        itl = float(headers.get("x-fake-itl-ms", 0)) / 1000
+        n = int(headers.get("x-fake-tokens", 8))
+        die_after = int(headers.get("x-fake-die-after", -1))
+        model = data.get("model", "fake-model")
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk" if chat else
+                "text_completion", "created": 1_700_000_000, "model": model}
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]})
+        rec.first_byte = time.monotonic()
+        want_usage = bool((data.get("stream_options") or {}).get("include_usage"))
+        usage_extra = {"usage": None} if want_usage else {}
+        if chat:
+            first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                          "finish_reason": None}], **usage_extra}
+            await send(_event(first))
+        for i in range(n):
+            if i == die_after:
+                raise ConnectionAbortedError("fake upstream: dying mid-stream on request")
+            if itl and i and await _wait(disconnected, itl):
+                return
+            if disconnected.is_set():
+                return
+            piece = f"w{i} " if i < n - 1 else f"w{i}"
+            choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+            if chat:
+                choice["delta"] = {"content": piece}
+            else:
+                choice["text"] = piece
+            await send(_event({**base, "choices": [choice], **usage_extra}))
+            rec.chunks_sent += 1
+        final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+        final["delta" if chat else "text"] = {} if chat else ""
+        await send(_event({**base, "choices": [final], **usage_extra}))
+        if want_usage and headers.get("x-fake-usage") != "0":
+            usage = _usage(data, n)
+            await send(_event({**base, "choices": [], "usage": usage}))
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds`` unless ``event`` is set first; returns True when it was."""
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _event(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": b"data: " + orjson.dumps(obj) + b"\n\n",
+            "more_body": True}
+
+
+async def _send_json(send: Send, status: int, obj: Any, rec: Record,
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = orjson.dumps(obj)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
+    rec.first_byte = time.monotonic()
+    await send({"type": "http.response.body", "body": body})
+
+
+def _prompt_tokens(data: Any) -> int:
+    if not isinstance(data, dict):
+        return 0
+    messages = data.get("messages")
+    if isinstance(messages, list):
+        return sum(len(str(m.get("content", "")).split()) + 4 for m in messages if isinstance(m, dict))
+    return len(str(data.get("prompt", "")).split())
+
+
+def _usage(data: Any, completion: int) -> dict[str, Any]:
+    prompt = _prompt_tokens(data)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def _completion(data: Any, headers: dict[str, str], chat: bool) -> dict[str, Any]:
+    n = int(headers.get("x-fake-tokens", 8))
+    text = " ".join(f"w{i}" for i in range(n))
+    model = data.get("model", "fake-model") if isinstance(data, dict) else "fake-model"
+    out: dict[str, Any] = {"id": "chatcmpl-fake", "created": 1_700_000_000, "model": model}
+    if chat:
+        out["object"] = "chat.completion"
+        out["choices"] = [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                           "message": {"role": "assistant", "content": text}}]
+    else:
+        out["object"] = "text_completion"
+        out["choices"] = [{"index": 0, "finish_reason": "stop", "logprobs": None, "text": text}]
+    if headers.get("x-fake-usage") != "0":
+        out["usage"] = _usage(data, n)
+    return out
+
+
+def _embeddings(data: Any) -> dict[str, Any]:
+    inputs = data.get("input", "") if isinstance(data, dict) else ""
+    items = inputs if isinstance(inputs, list) else [inputs]
+    vectors = [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
+               for i in range(len(items))]
+    return {"object": "list", "data": vectors, "model": data.get("model") if isinstance(data, dict)
+            else None, "usage": {"prompt_tokens": len(items), "total_tokens": len(items)}}

@@ -1,0 +1,70 @@
+"""Run an ASGI app under uvicorn on a loopback port in a background thread (tests, benches)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from types import TracebackType
+
+import uvicorn
+
+from gateway.types import ASGIApp
+
+__all__ = ["ServerThread", "free_port"]
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """``with ServerThread(app) as srv: srv.url`` serves ``app`` until the block ends."""
+
+    def __init__(self, app: ASGIApp, *, lifespan: str = "on", timeout_graceful_shutdown: int = 1):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app,
+            lifespan=lifespan,  # type: ignore[arg-type]
+            log_level="warning",
+            access_log=False,
+            loop="asyncio",
+            timeout_graceful_shutdown=timeout_graceful_shutdown,
+        )
+        self.server = uvicorn.Server(config)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        self.loop.close()
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("server thread died during start-up")
+            self._thread.join(0.005)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

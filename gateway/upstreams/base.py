@@ -1,0 +1,90 @@
+"""The provider interface: every upstream (hosted API or the local engine) is one of these.
+
+Three calls: :meth:`Upstream.send` (whole response), :meth:`Upstream.stream` (status and
+headers now, body as it arrives) and :meth:`Upstream.aclose`. Implementations convert their
+transport's errors at the boundary into :mod:`gateway.errors` types:
+
+- :class:`~gateway.errors.UpstreamUnreachable`: no response started (connect refused or timed
+  out, connection dropped before the status line). Always safe to retry.
+- :class:`~gateway.errors.UpstreamTimeout`: the upstream went silent for longer than the read
+  timeout. Not retried (the work may still be running upstream).
+- :class:`~gateway.errors.UpstreamError`: the response broke off mid-body.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Reply", "Upstream", "UpstreamRequest", "UpstreamResponse"]
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    """One request to an upstream: ``path`` is relative to the upstream's base URL
+    (e.g. ``/chat/completions``); ``headers`` are extra client headers to forward."""
+
+    method: str
+    path: str
+    body: bytes
+    headers: RawHeaders
+    stream: bool = False
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class Reply:
+    """A complete upstream response."""
+
+    status: int
+    headers: RawHeaders
+    body: bytes
+
+
+class UpstreamResponse(abc.ABC):
+    """A response whose status and headers have arrived and whose body has not."""
+
+    status: int
+    headers: RawHeaders
+
+    @abc.abstractmethod
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive (chunk boundaries are the transport's)."""
+
+    @abc.abstractmethod
+    async def read(self) -> bytes:
+        """The rest of the body."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Drop the response; an unfinished one closes its connection, which tells the
+        upstream to stop generating."""
+
+
+class Upstream(abc.ABC):
+    name: str
+
+    @property
+    def enabled(self) -> bool:
+        """False when the upstream cannot be used (e.g. its API key variable is unset)."""
+        return True
+
+    @abc.abstractmethod
+    async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Send ``request``; return once the status line and headers arrived."""
+
+    async def send(self, request: UpstreamRequest) -> Reply:
+        """Send ``request`` and read the whole response."""
+        response = await self.stream(request)
+        try:
+            body = await response.read()
+        finally:
+            response.close()
+        return Reply(response.status, response.headers, body)
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections."""

@@ -1,0 +1,125 @@
+"""Upstream ``type = "openai"``: any OpenAI-compatible HTTP API (OpenAI, vLLM, the local engine).
+
+Requests are forwarded as they are (the gateway has already rewritten ``model``); the
+client's key is replaced by the upstream's. Transport: aiohttp, with one keep-alive pool per
+upstream. (Measured on the fake upstream, 2 cores: httpx 496 req/s, httpx over the
+httpx-aiohttp transport 2,412 req/s, aiohttp 7,219 req/s at concurrency 32.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from gateway.config import UpstreamConfig
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from gateway.upstreams.base import RawHeaders, Upstream, UpstreamRequest, UpstreamResponse
+
+__all__ = ["OpenAIUpstream"]
+
+
+class _AiohttpResponse(UpstreamResponse):
+    __slots__ = ("_resp", "_name", "status", "headers")
+
+    def __init__(self, resp: aiohttp.ClientResponse, name: str):
+        self._resp = resp
+        self._name = name
+        self.status = resp.status
+        self.headers = resp.raw_headers
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._resp.content.iter_any():
+                yield chunk
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout(f"upstream {self._name!r} went silent mid-response") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"upstream {self._name!r} broke off mid-response") from exc
+
+    async def read(self) -> bytes:
+        try:
+            return await self._resp.read()
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout(f"upstream {self._name!r} went silent mid-response") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"upstream {self._name!r} broke off mid-response") from exc
+
+    def close(self) -> None:
+        # release() returns a finished connection to the pool; close() drops an unfinished
+        # one, which is how the upstream learns the client is gone.
+        if self._resp.content.is_eof():
+            self._resp.release()
+        else:
+            self._resp.close()
+
+
+class OpenAIUpstream(Upstream):
+    def __init__(self, name: str, config: UpstreamConfig):
+        self.name = name
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        self._headers: dict[str, str] = {"accept-encoding": "identity", **config.headers}
+        key = config.api_key
+        if key:
+            self._headers["authorization"] = f"Bearer {key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=config.connect_timeout_ms / 1000,
+            sock_read=config.read_timeout_ms / 1000,
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Created lazily: a ClientSession must be made inside the running event loop.
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.max_connections, keepalive_timeout=30, ttl_dns_cache=300
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            )
+        return self._session
+
+    async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
+        headers = _merge(request.headers, self._headers, request.request_id)
+        session = self._get_session()
+        try:
+            resp = await session.request(
+                request.method,
+                self.base_url + request.path,
+                data=request.body or None,
+                headers=headers,
+                allow_redirects=False,
+                compress=False,
+            )
+        except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
+            raise UpstreamUnreachable(f"upstream {self.name!r} is unreachable") from exc
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise UpstreamUnreachable(f"upstream {self.name!r} dropped the connection") from exc
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout(f"upstream {self.name!r} did not answer in time") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"upstream {self.name!r} failed: {type(exc).__name__}") from exc
+        return _AiohttpResponse(resp, self.name)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _merge(client: RawHeaders, own: dict[str, str], request_id: str) -> dict[str, str]:
+    out = {k.decode("latin-1"): v.decode("latin-1") for k, v in client}
+    out.update(own)
+    if request_id:
+        out["x-request-id"] = request_id
+    return out
+

@@ -1,0 +1,160 @@
+"""Fixtures shared by the whole suite: a fake OpenAI upstream and gateways in front of it.
+
+Both run under uvicorn on loopback ports in background threads, so tests talk real HTTP with
+the official SDKs, and client disconnects reach the servers as they would in production.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.state import Gateway
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.server import ServerThread
+
+DEFAULT_POLICY = """
+version = "test-1"
+[retry]
+max_attempts = 3
+base_delay_ms = 1
+max_delay_ms = 5
+max_retry_after_ms = 2000
+"""
+
+
+@dataclass
+class FakeServer:
+    app: FakeUpstream
+    url: str
+
+
+class LogSink:
+    """Collects the gateway's request log records; ``wait(n)`` blocks until n arrived (the
+    line is written after the last byte is sent, so a client can finish before it exists)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        with self._cond:
+            self.records.append(record)
+            self._cond.notify_all()
+
+    def wait(self, n: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.records) >= n, timeout):
+                raise TimeoutError(f"expected {n} request log records, got {len(self.records)}")
+            return list(self.records)
+
+
+@dataclass
+class GatewayServer:
+    url: str
+    gateway: Gateway
+    policy_path: Path
+    sink: LogSink = field(default_factory=LogSink)
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+    def logged(self, n: int = 1) -> list[dict[str, Any]]:
+        """The request log records, once at least ``n`` were written."""
+        return self.sink.wait(n)
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeServer]:
+    app = FakeUpstream()
+    with ServerThread(app) as srv:
+        yield FakeServer(app, srv.url)
+
+
+@pytest.fixture
+def fake(fake_server: FakeServer) -> FakeUpstream:
+    fake_server.app.clear()
+    return fake_server.app
+
+
+def gateway_toml(fake_url: str, extra: str = "") -> str:
+    return f"""
+[server]
+policy = "policy.toml"
+max_body_bytes = 65536
+
+[logging]
+requests = false
+
+[upstreams.fake]
+type = "openai"
+base_url = "{fake_url}/v1"
+read_timeout_ms = 2000
+
+[upstreams.backup]
+type = "openai"
+base_url = "{fake_url}/backup/v1"
+
+[upstreams.dead]
+type = "openai"
+base_url = "http://127.0.0.1:9/v1"
+connect_timeout_ms = 200
+
+[upstreams.short]
+type = "openai"
+base_url = "{fake_url}/v1"
+read_timeout_ms = 300
+
+[upstreams.keyless]
+type = "openai"
+base_url = "{fake_url}/v1"
+api_key_env = "GATEWAY_TEST_UNSET_KEY"
+
+[models."fake-model"]
+targets = [{{ upstream = "fake", model = "fake-upstream-model" }}]
+aliases = ["fm"]
+
+[models."with-fallback"]
+targets = [{{ upstream = "dead", model = "x" }}, {{ upstream = "backup", model = "backup-model" }}]
+
+[models."short-timeout"]
+targets = [{{ upstream = "short", model = "s" }}]
+
+[models."needs-key"]
+targets = [{{ upstream = "keyless", model = "k" }}]
+{extra}
+"""
+
+
+@pytest.fixture
+def make_gateway(
+    tmp_path: Path, fake_server: FakeServer
+) -> Iterator[Callable[..., GatewayServer]]:
+    servers: list[ServerThread] = []
+
+    def make(extra: str = "", policy: str = DEFAULT_POLICY, watch: bool = False) -> GatewayServer:
+        (tmp_path / "policy.toml").write_text(policy)
+        config_path = tmp_path / "gateway.toml"
+        config_path.write_text(gateway_toml(fake_server.url, extra))
+        sink = LogSink()
+        app = create_app(load_config(config_path), request_sink=sink, watch_policy=watch)
+        srv = ServerThread(app).start()
+        servers.append(srv)
+        return GatewayServer(srv.url, app.state.gateway, tmp_path / "policy.toml", sink)
+
+    yield make
+    for srv in servers:
+        srv.stop()
+
+
+@pytest.fixture
+def gw(make_gateway: Callable[..., GatewayServer]) -> GatewayServer:
+    return make_gateway()
