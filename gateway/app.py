@@ -23,10 +23,30 @@ from gateway.config import Config
 from gateway.errors import GatewayError, NotFound, error_body
 from gateway.passthrough import Passthrough
 from gateway.proxy import ModelEndpoint
+from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.state import Gateway
+from gateway.types import ASGIApp, Receive, Scope, Send
 from gateway.upstreams.base import Upstream
 
-__all__ = ["create_app"]
+__all__ = ["GatewayApp", "create_app"]
+
+
+class GatewayApp:
+    """The ASGI entry point. The model endpoints (the hot path) are dispatched by one dict
+    lookup; everything else, lifespan included, goes through the Starlette app."""
+
+    def __init__(self, gateway: Gateway, hot: dict[str, ASGIApp], app: Starlette):
+        self.gateway = gateway
+        self.starlette = app
+        self._hot = hot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self._hot.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await self.starlette(scope, receive, send)
 
 
 def create_app(
@@ -35,7 +55,7 @@ def create_app(
     request_sink: Callable[[dict[str, Any]], None] | None = None,
     upstreams: dict[str, Upstream] | None = None,
     watch_policy: bool | None = None,
-) -> Starlette:
+) -> GatewayApp:
     """Build the gateway app. ``request_sink`` also receives each request's log record
     (tests); ``watch_policy`` overrides ``server.policy_reload``."""
     gw = Gateway(config, request_sink=request_sink, upstreams=upstreams)
@@ -43,18 +63,19 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        watcher = None
+        tasks = [asyncio.create_task(_flush_logs(gw))]
         if watch:
             ready = asyncio.Event()
-            watcher = asyncio.create_task(gw.policies.watch(ready))
+            tasks.append(asyncio.create_task(gw.policies.watch(ready)))
             await ready.wait()
         try:
             yield
         finally:
-            if watcher is not None:
-                watcher.cancel()
+            for task in tasks:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                    await task
+            gw.logger.flush()
             await gw.aclose()
 
     async def models(request: Request) -> Response:
@@ -75,14 +96,13 @@ def create_app(
         return Response(gw.metrics.render(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    hot: dict[str, ASGIApp] = {
+        "/v1/chat/completions": ModelEndpoint(gw, "chat", "/chat/completions"),
+        "/v1/completions": ModelEndpoint(gw, "completions", "/completions"),
+        "/v1/embeddings": ModelEndpoint(gw, "embeddings", "/embeddings"),
+    }
     passthrough = Passthrough(gw)
-    routes = [
-        Route("/v1/chat/completions", ModelEndpoint(gw, "chat", "/chat/completions"),
-              methods=["POST"]),
-        Route("/v1/completions", ModelEndpoint(gw, "completions", "/completions"),
-              methods=["POST"]),
-        Route("/v1/embeddings", ModelEndpoint(gw, "embeddings", "/embeddings"),
-              methods=["POST"]),
+    routes = [Route(path, handler, methods=["POST"]) for path, handler in hot.items()] + [
         Route("/v1/models", _authenticated(gw, models), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -92,8 +112,13 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
-    app.state.gateway = gw
-    return app
+    return GatewayApp(gw, hot, app)
+
+
+async def _flush_logs(gw: Gateway) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_INTERVAL_S)
+        gw.logger.flush()
 
 
 def _authenticated(gw: Gateway, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:

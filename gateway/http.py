@@ -13,8 +13,8 @@ from gateway.errors import GatewayError, RequestTooLarge
 from gateway.types import Receive, Send
 
 __all__ = [
-    "ClientDisconnected",
     "HOP_BY_HOP",
+    "ClientDisconnected",
     "forward_request_headers",
     "forward_response_headers",
     "read_body",
@@ -64,30 +64,32 @@ async def run_until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected.
 
     Call only after the request body was read: from then on, ``receive()`` returns nothing
-    but ``http.disconnect`` (ASGI spec), so watching it costs one pending task.
+    but ``http.disconnect`` (ASGI spec), so watching it costs one pending task. ``work`` runs
+    in the calling task, which the watcher cancels on disconnect.
     """
-    task: asyncio.Future[T] = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(receive))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
+    task = asyncio.current_task()
+    assert task is not None
+    disconnected = False
+
+    async def watch() -> None:
+        nonlocal disconnected
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected = True
         task.cancel()
-        watcher.cancel()
-        raise
-    if task.done():
-        watcher.cancel()
-        return task.result()
-    task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        await task
-    except (asyncio.CancelledError, Exception):
-        pass
-    raise ClientDisconnected()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+        return await work
+    except asyncio.CancelledError:
+        if disconnected:
+            task.uncancel()
+            raise ClientDisconnected() from None
+        raise
+    finally:
+        watcher.cancel()
+        if disconnected and task.cancelling():  # the client left just as the work finished
+            task.uncancel()
 
 
 def forward_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -38,7 +38,7 @@ class Passthrough:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw = self.gw
         headers = scope["headers"]
-        rec = RequestRecord(request_id_of(headers), scope["path"])
+        rec = RequestRecord(request_id_of(headers, gw.request_ids), scope["path"])
         extra = [(b"x-request-id", rec.request_id.encode())]
         started = False
         try:

@@ -10,7 +10,7 @@ arrive; an upstream failure mid-stream becomes an OpenAI error event and the str
 from __future__ import annotations
 
 import time
-import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -46,12 +46,12 @@ _SSE_HEADERS = [
 ]
 
 
-def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
-    """The client's ``x-request-id`` (if sane), else a new one."""
+def request_id_of(headers: list[tuple[bytes, bytes]], make: Callable[[], str]) -> str:
+    """The client's ``x-request-id`` (if sane), else ``make()``."""
     for k, v in headers:
         if k == b"x-request-id" and 0 < len(v) <= 128 and v.isascii():
             return v.decode()
-    return uuid.uuid4().hex
+    return make()
 
 
 class ModelEndpoint:
@@ -62,14 +62,15 @@ class ModelEndpoint:
         self.kind = kind
         self.path = path
         self.route = "/v1" + path
+        self.ids = gateway.request_ids
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw = self.gw
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        rec = RequestRecord(request_id_of(headers), self.route)
+        rec = RequestRecord(request_id_of(headers, self.ids), self.route)
         extra = [(b"x-request-id", rec.request_id.encode())]
         state = {"started": False}
-        gw.metrics.in_flight.inc()
+        gw.metrics.in_flight += 1
         try:
             rec.key_id = gw.auth.check(headers)
             body = await read_body(receive, gw.config.server.max_body_bytes,
@@ -96,7 +97,7 @@ class ModelEndpoint:
             if not state["started"]:
                 await send_error(send, GatewayError("internal gateway error"), extra)
         finally:
-            gw.metrics.in_flight.dec()
+            gw.metrics.in_flight -= 1
             rec.finish()
             gw.metrics.observe(rec)
             gw.logger.emit(rec)

@@ -30,7 +30,9 @@ Prompt and completion text and keys are never logged.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +42,10 @@ from typing import Any
 import orjson
 import structlog
 
-__all__ = ["FIELDS", "RequestLogger", "RequestRecord", "configure_logging"]
+__all__ = ["FIELDS", "FLUSH_INTERVAL_S", "RequestIds", "RequestLogger", "RequestRecord", "configure_logging"]
+
+#: How often buffered request lines are flushed to stdout (s).
+FLUSH_INTERVAL_S = 0.2
 
 FIELDS = (
     "request_id", "ts", "route", "key_id", "model_requested", "model_served", "upstream",
@@ -51,26 +56,42 @@ FIELDS = (
 
 
 class RequestRecord:
-    """Mutable per-request facts, filled along the request path and emitted once."""
+    """Mutable per-request facts, filled along the request path and emitted once.
 
-    __slots__ = (*FIELDS, "started", "upstream_started", "upstream_ended")
+    Fields default at class level, so a request pays only for the fields it sets.
+    """
+
+    upstream_started: float | None = None
+    upstream_ended: float | None = None
+    key_id: str | None = None
+    model_requested: str | None = None
+    model_served: str | None = None
+    upstream: str | None = None
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    upstream_ms: float | None = None
+    overhead_ms: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    error_type: str | None = None
+    error_code: str | None = None
+    cache: Any = None
+    route_tier: str | None = None
+    route_score: float | None = None
+    compression: Any = None
+    shed: str | None = None
+    retries: int = 0
+    cancelled: bool = False
+    status: int = 0
 
     def __init__(self, request_id: str, route: str, stream: bool = False):
         self.started = time.perf_counter()
-        self.upstream_started: float | None = None
-        self.upstream_ended: float | None = None
         self.request_id = request_id
         self.ts = time.time()
         self.route = route
         self.stream = stream
-        self.retries = 0
-        self.cancelled = False
-        self.status = 0
-        for name in ("key_id", "model_requested", "model_served", "upstream", "ttft_ms",
-                     "total_ms", "upstream_ms", "overhead_ms", "prompt_tokens",
-                     "completion_tokens", "cached_tokens", "finish_reason", "error_type",
-                     "error_code", "cache", "route_tier", "route_score", "compression", "shed"):
-            setattr(self, name, None)
 
     def mark_first_event(self) -> None:
         if self.ttft_ms is None:
@@ -102,14 +123,40 @@ class RequestRecord:
         return out
 
 
+class RequestIds:
+    """Makes request ids: a random 64-bit prefix per process plus a counter, 32 hex digits
+    (unique across replicas in practice, and ~10x cheaper than uuid4, which reads the OS
+    random source every time)."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
 class RequestLogger:
     """Emits finished records. ``sink`` receives each record as a dict (tests pass a list's
     ``append``); by default the line goes to structlog as event ``request``."""
 
     def __init__(self, sink: Callable[[dict[str, Any]], None] | None = None, enabled: bool = True):
-        self._log = structlog.get_logger("gateway.request")
+        # The request line carries its own ts and needs no level or context merging: a lean
+        # processor chain keeps it cheap (it runs once per request).
+        # Lines are flushed by flush() (the app calls it every FLUSH_INTERVAL_S), not one
+        # syscall per request.
+        self._out = sys.stdout.buffer
+        bound = structlog.make_filtering_bound_logger(logging.INFO)
+        self._log = bound(
+            structlog.BytesLogger(_Unflushed(self._out)),
+            [structlog.processors.JSONRenderer(serializer=orjson.dumps)],
+            {},
+        )
         self._sink = sink
         self.enabled = enabled
+
+    def flush(self) -> None:
+        self._out.flush()
 
     def emit(self, record: RequestRecord) -> None:
         if not self.enabled and self._sink is None:
@@ -119,6 +166,16 @@ class RequestLogger:
             self._sink(fields)
         if self.enabled:
             self._log.info("request", **fields)
+
+
+class _Unflushed:
+    """A binary file whose flush() is a no-op (BytesLogger flushes after every line)."""
+
+    def __init__(self, out: Any):
+        self.write = out.write
+
+    def flush(self) -> None:
+        pass
 
 
 def configure_logging(level: str = "info") -> None:

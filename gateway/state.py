@@ -16,7 +16,7 @@ from gateway.dispatch import Dispatcher
 from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
 from gateway.policy import Policy, PolicyStore
-from gateway.requestlog import RequestLogger
+from gateway.requestlog import RequestIds, RequestLogger
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 
@@ -73,6 +73,7 @@ class Gateway:
         }
         self.dispatcher = Dispatcher(self.upstreams)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
+        self.request_ids = RequestIds()
 
     @property
     def policy(self) -> Policy:

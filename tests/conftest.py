@@ -148,7 +148,7 @@ def make_gateway(
         app = create_app(load_config(config_path), request_sink=sink, watch_policy=watch)
         srv = ServerThread(app).start()
         servers.append(srv)
-        return GatewayServer(srv.url, app.state.gateway, tmp_path / "policy.toml", sink)
+        return GatewayServer(srv.url, app.gateway, tmp_path / "policy.toml", sink)
 
     yield make
     for srv in servers:

@@ -161,7 +161,7 @@ class FakeUpstream:
                    "param": None, "code": None}
             await _send_json(send, status, {"error": err}, rec, extra)
             return
-        if path.endswith("/chat/completions") or path.endswith("/completions"):
+        if path.endswith(("/chat/completions", "/completions")):
             chat = path.endswith("/chat/completions")
             if isinstance(data, dict) and data.get("stream"):
                 await self._stream(data, headers, chat, rec, disconnected, send)

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import threading
 from types import TracebackType
+from typing import Self
 
 import uvicorn
 
@@ -61,7 +62,7 @@ class ServerThread:
         self._thread.join(10)
         self.sock.close()
 
-    def __enter__(self) -> ServerThread:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

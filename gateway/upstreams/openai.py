@@ -20,7 +20,7 @@ __all__ = ["OpenAIUpstream"]
 
 
 class _AiohttpResponse(UpstreamResponse):
-    __slots__ = ("_resp", "_name", "status", "headers")
+    __slots__ = ("_name", "_resp", "headers", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse, name: str):
         self._resp = resp
@@ -117,8 +117,10 @@ class OpenAIUpstream(Upstream):
 
 
 def _merge(client: RawHeaders, own: dict[str, str], request_id: str) -> dict[str, str]:
-    out = {k.decode("latin-1"): v.decode("latin-1") for k, v in client}
-    out.update(own)
+    out = own.copy()
+    for k, v in client:
+        out[k.decode("latin-1")] = v.decode("latin-1")
+    out.update(own)  # ours win over a client's
     if request_id:
         out["x-request-id"] = request_id
     return out

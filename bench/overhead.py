@@ -1,0 +1,206 @@
+"""What the gateway adds: the same workload sent directly to the fake upstream and through the
+gateway, side by side in one run.
+
+Three processes on this machine: the fake OpenAI upstream (zero think time unless
+``--ttft-ms``/``--itl-ms``), the gateway (``gateway serve``, request log on, to /dev/null),
+and this load generator (aiohttp, closed loop at a fixed concurrency). For each of
+non-streaming and streaming at concurrency 1 and 32, it prints latency p50/p99 (ms) direct
+and through the gateway, the added latency, added TTFT (streaming: time to the first event)
+and throughput gateway/direct.
+
+    python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--json-only]
+
+Prints a JSON document, then one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[1]
+BODY = {"model": "bench-model", "messages": [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Summarise the plot of Hamlet in two sentences."}],
+    "max_tokens": 64}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_fake(port: int) -> subprocess.Popen[bytes]:
+    code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
+            f"uvicorn.run(FakeUpstream(record_requests=False), host='127.0.0.1', port={port}, "
+            "loop='uvloop', http='httptools', access_log=False, log_level='warning')")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+
+
+def start_gateway(port: int, fake_port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    (workdir / "policy.toml").write_text('version = "bench"\n')
+    (workdir / "gateway.toml").write_text(f"""
+[server]
+port = {port}
+policy = "policy.toml"
+[upstreams.fake]
+type = "openai"
+base_url = "http://127.0.0.1:{fake_port}/v1"
+[models."bench-model"]
+targets = [{{ upstream = "fake", model = "fake-model" }}]
+""")
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],
+        cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+async def wait_ready(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while True:
+            try:
+                async with s.get(url) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up")
+            await asyncio.sleep(0.05)
+
+
+async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concurrency: int,
+                   requests: int, headers: dict[str, str]) -> dict[str, Any]:
+    body = orjson.dumps({**BODY, "stream": stream})
+    hdrs = {"content-type": "application/json", **headers}
+    latencies: list[float] = []
+    ttfts: list[float] = []
+    errors = 0
+    remaining = requests
+
+    async def worker() -> None:
+        nonlocal remaining, errors
+        while remaining > 0:
+            remaining -= 1
+            t0 = time.perf_counter()
+            try:
+                async with session.post(url, data=body, headers=hdrs) as r:
+                    if stream:
+                        first = True
+                        async for _ in r.content.iter_any():
+                            if first:
+                                ttfts.append(time.perf_counter() - t0)
+                                first = False
+                    else:
+                        await r.read()
+                    if r.status != 200:
+                        errors += 1
+            except aiohttp.ClientError:
+                errors += 1
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    return {"p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
+            "ttft_p50_ms": pct(ttfts, 50) if ttfts else None,
+            "ttft_p99_ms": pct(ttfts, 99) if ttfts else None,
+            "rps": round(len(latencies) / elapsed, 1), "errors": errors}
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))
+    return round(ordered[k] * 1000, 3)
+
+
+async def bench(args: argparse.Namespace, fake_url: str, gw_url: str) -> dict[str, Any]:
+    headers = {"x-fake-tokens": str(args.tokens)}
+    if args.ttft_ms:
+        headers["x-fake-ttft-ms"] = str(args.ttft_ms)
+    if args.itl_ms:
+        headers["x-fake-itl-ms"] = str(args.itl_ms)
+    results: dict[str, Any] = {}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for stream in (False, True):
+            for conc in args.concurrency:
+                n = args.requests if conc == 1 else args.requests * 2
+                name = f"{'stream' if stream else 'unary'}_c{conc}"
+                # warm both paths (connections, code caches) before measuring
+                for url in (fake_url, gw_url):
+                    await run_load(session, url, stream, conc, max(50, conc * 4), headers)
+                direct = await run_load(session, fake_url, stream, conc, n, headers)
+                via = await run_load(session, gw_url, stream, conc, n, headers)
+                row: dict[str, Any] = {"direct": direct, "gateway": via,
+                                       "added_p50_ms": round(via["p50_ms"] - direct["p50_ms"], 3),
+                                       "added_p99_ms": round(via["p99_ms"] - direct["p99_ms"], 3),
+                                       "throughput_ratio": round(via["rps"] / direct["rps"], 3)}
+                if stream:
+                    row["added_ttft_p50_ms"] = round(via["ttft_p50_ms"] - direct["ttft_p50_ms"], 3)
+                    row["added_ttft_p99_ms"] = round(via["ttft_p99_ms"] - direct["ttft_p99_ms"], 3)
+                results[name] = row
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="requests per measurement at concurrency 1 (x2 above)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--tokens", type=int, default=16, help="content chunks per response")
+    parser.add_argument("--ttft-ms", type=float, default=0)
+    parser.add_argument("--itl-ms", type=float, default=0)
+    args = parser.parse_args()
+    fake_port, gw_port = free_port(), free_port()
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            procs.append(start_fake(fake_port))
+            procs.append(start_gateway(gw_port, fake_port, Path(tmp)))
+            fake_url = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
+            gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+
+            async def go() -> dict[str, Any]:
+                await wait_ready(f"http://127.0.0.1:{fake_port}/v1/models")
+                await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
+                return await bench(args, fake_url, gw_url)
+
+            results = uvloop.run(go())
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+    doc = {"bench": "overhead", "cpus": os.cpu_count(), "tokens_per_response": args.tokens,
+           "upstream_ttft_ms": args.ttft_ms, "upstream_itl_ms": args.itl_ms, "results": results}
+    print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    u1, u32 = results.get("unary_c1"), results.get("unary_c32")
+    s1 = results.get("stream_c1")
+    parts = []
+    if u1:
+        parts.append(f"c1 unary added p50 {u1['added_p50_ms']} ms p99 {u1['added_p99_ms']} ms")
+    if s1:
+        parts.append(f"c1 stream added TTFT p50 {s1['added_ttft_p50_ms']} ms")
+    if u32:
+        parts.append(f"c32 unary added p99 {u32['added_p99_ms']} ms, "
+                     f"throughput {u32['throughput_ratio']:.0%} of direct")
+    print("overhead: " + "; ".join(parts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
