@@ -70,20 +70,24 @@ class PolicyStore:
     directly (e.g. on SIGHUP); it returns True when a new policy was swapped in.
     """
 
-    def __init__(self, path: str | Path, on_change: Callable[[Policy], None] | None = None):
+    def __init__(self, path: str | Path, on_reload: Callable[[bool], None] | None = None):
         self.path = Path(path)
         self.current: Policy = load_policy(self.path)
         self.reloads = 0
         self.rejected = 0
         #: Bumped after every reload attempt, valid or not; see wait_generation().
         self.generation = 0
-        self._on_change = on_change
+        self._on_reload = on_reload
         self._cond = threading.Condition()
 
     def reload(self) -> bool:
         try:
+            if self.path.stat().st_size == 0:
+                # Mid-write (truncate, then write): an empty file would silently mean "all
+                # defaults". The write that follows triggers the real reload.
+                raise ConfigError(str(self.path), "", "empty policy file")
             policy = load_policy(self.path)
-        except ConfigError as exc:
+        except (ConfigError, OSError) as exc:
             self.rejected += 1
             log.error("policy_rejected", path=str(self.path), error=str(exc))
             ok = False
@@ -93,8 +97,8 @@ class PolicyStore:
                 self.current = policy
                 self.reloads += 1
                 log.info("policy_reloaded", path=str(self.path), version=policy.version)
-                if self._on_change is not None:
-                    self._on_change(policy)
+        if self._on_reload is not None:
+            self._on_reload(ok)
         with self._cond:
             self.generation += 1
             self._cond.notify_all()
@@ -108,12 +112,10 @@ class PolicyStore:
     async def watch(self, ready: asyncio.Event | None = None) -> None:
         """Reload whenever the file changes (editors' atomic renames included)."""
         target = self.path.resolve()
-        stop = asyncio.Event()
         with contextlib.suppress(asyncio.CancelledError):
             watcher = watchfiles.awatch(
                 target.parent,
                 watch_filter=lambda _change, p: Path(p) == target,
-                stop_event=stop,
                 debounce=50,
                 step=20,
                 yield_on_timeout=True,

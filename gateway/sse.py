@@ -40,6 +40,8 @@ class StreamObserver:
     def feed(self, chunk: bytes) -> bytes:
         """Take bytes from upstream; return the complete events to forward now (may be b"")."""
         buf = self._buf + chunk if self._buf else chunk
+        if b"\r" in buf:  # CRLF framing (allowed by the SSE spec; OpenAI itself sends LF)
+            buf = buf.replace(b"\r\n", b"\n")
         end = buf.rfind(b"\n\n")
         if end < 0:
             self._buf = buf
@@ -53,8 +55,6 @@ class StreamObserver:
         return self._observe(rest + b"\n\n") if rest.strip() else b""
 
     def _observe(self, block: bytes) -> bytes:
-        if b"\r\n" in block:  # normalise CRLF framing once; OpenAI itself sends LF
-            block = block.replace(b"\r\n", b"\n")
         count = block.count(b"\n\n")
         self.events += count
         if _DONE in block:

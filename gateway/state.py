@@ -65,7 +65,7 @@ class Gateway:
     ):
         self.config = config
         self.metrics = Metrics()
-        self.policies = PolicyStore(config.policy_path, on_change=self._policy_changed)
+        self.policies = PolicyStore(config.policy_path, on_reload=self._policy_reloaded)
         self.auth = Authenticator(config.auth, source="auth")
         self.models = ModelTable(config)
         self.upstreams = upstreams if upstreams is not None else {
@@ -79,8 +79,8 @@ class Gateway:
     def policy(self) -> Policy:
         return self.policies.current
 
-    def _policy_changed(self, policy: Policy) -> None:
-        self.metrics.policy_reloads.labels("ok").inc()
+    def _policy_reloaded(self, ok: bool) -> None:
+        self.metrics.policy_reloads.labels("ok" if ok else "rejected").inc()
 
     def passthrough_upstream(self) -> Upstream | None:
         """Where /v1/* paths the gateway does not interpret go: the first enabled upstream."""

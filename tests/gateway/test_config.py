@@ -1,0 +1,94 @@
+"""Config and policy files: strict parsing, messages that name the file, the key and the
+allowed values, and `gateway check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.config import load_config
+from gateway.errors import ConfigError
+from gateway.policy import load_policy
+
+BASE = """
+[server]
+policy = "policy.toml"
+[upstreams.up]
+type = "openai"
+base_url = "http://127.0.0.1:1/v1"
+[models.m]
+targets = [{ upstream = "up", model = "x" }]
+"""
+
+
+def write(tmp_path: Path, config: str, policy: str = "") -> Path:
+    (tmp_path / "policy.toml").write_text(policy)
+    path = tmp_path / "gateway.toml"
+    path.write_text(config)
+    return path
+
+
+def test_example_config_and_default_policy_are_valid():
+    root = Path(__file__).resolve().parents[2]
+    config = load_config(root / "gateway.example.toml")
+    assert config.server.port == 8080
+    assert load_policy(config.policy_path).retry.max_attempts >= 1
+
+
+def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
+    config = load_config(write(tmp_path, BASE))
+    assert config.policy_path == tmp_path / "policy.toml"
+
+
+@pytest.mark.parametrize(("extra", "key", "fragment"), [
+    ("[server]\nprot = 1\n", "server.prot", "allowed keys: host, max_body_bytes, policy, "
+     "policy_reload, port"),
+    ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai', 'local'"),
+    ('[upstreams.bad]\ntype = "openai"\n', "upstreams.bad", "needs base_url"),
+    ("[server]\nport = 70000\n", "server.port", "must be <= 65535"),
+    ('[server]\nport = "80"\n', "server.port", "expected an integer"),
+    ('[models.n]\ntargets = [{ upstream = "nope", model = "x" }]\n',
+     "models.n.targets[0].upstream", "unknown upstream 'nope'; defined upstreams: up"),
+    ('[models.n]\ntargets = [{ upstream = "up", model = "x" }]\naliases = ["m"]\n',
+     "models.n", "already used by 'm'"),
+    ('[[auth.keys]]\nid = "a"\n', "auth.keys[0]", "exactly one of key_env, sha256"),
+])
+def test_bad_config_names_file_key_and_allowed_values(tmp_path, extra, key, fragment):
+    # later tables with the same name would be a TOML error, so splice into a fresh file
+    text = BASE.replace("[server]\n", "[server]\n" + extra.split("\n", 1)[1], 1) \
+        if extra.startswith("[server]") else BASE + extra
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    message = str(exc.value)
+    assert message.startswith(str(path))
+    assert f": {key}: " in message
+    assert fragment in message
+
+
+def test_invalid_toml_is_reported_with_the_file(tmp_path):
+    path = write(tmp_path, "[server\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(path)
+
+
+def test_policy_is_strict_too(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("[retry]\nmax_attempts = 0\n")
+    with pytest.raises(ConfigError, match=r"retry\.max_attempts: must be >= 1"):
+        load_policy(path)
+    path.write_text("[retyr]\n")
+    with pytest.raises(ConfigError, match="allowed keys: retry, streaming, version"):
+        load_policy(path)
+
+
+def test_gateway_check_validates_without_serving(tmp_path, capsys):
+    good = write(tmp_path, BASE)
+    assert main(["check", str(good)]) == 0
+    assert "ok:" in capsys.readouterr().out
+    (tmp_path / "policy.toml").write_text("[retry]\nbase_delay_ms = -1\n")
+    assert main(["check", str(good)]) == 2
+    err = capsys.readouterr().err
+    assert "policy.toml: retry.base_delay_ms: must be >= 0" in err
