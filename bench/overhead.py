@@ -3,12 +3,14 @@ gateway, side by side in one run.
 
 Three processes on this machine: the fake OpenAI upstream (zero think time unless
 ``--ttft-ms``/``--itl-ms``), the gateway (``gateway serve``, request log on, to /dev/null),
-and this load generator (aiohttp, closed loop at a fixed concurrency). For each of
-non-streaming and streaming at concurrency 1 and 32, it prints latency p50/p99 (ms) direct
+and this load generator (aiohttp, closed loop at a fixed concurrency). Each measurement
+alternates short direct and gateway rounds so that drift in the machine's speed (a shared
+VM) hits both sides alike. For each of non-streaming and streaming at concurrency 1 and 32,
+it prints latency p50/p99 (ms) direct
 and through the gateway, the added latency, added TTFT (streaming: time to the first event)
 and throughput gateway/direct.
 
-    python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--json-only]
+    python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--rounds 5]
 
 Prints a JSON document, then one summary line.
 """
@@ -83,16 +85,14 @@ async def wait_ready(url: str, timeout: float = 30.0) -> None:
 
 
 async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concurrency: int,
-                   requests: int, headers: dict[str, str]) -> dict[str, Any]:
+                   requests: int, headers: dict[str, str]) -> Load:
     body = orjson.dumps({**BODY, "stream": stream})
     hdrs = {"content-type": "application/json", **headers}
-    latencies: list[float] = []
-    ttfts: list[float] = []
-    errors = 0
+    load = Load()
     remaining = requests
 
     async def worker() -> None:
-        nonlocal remaining, errors
+        nonlocal remaining
         while remaining > 0:
             remaining -= 1
             t0 = time.perf_counter()
@@ -102,23 +102,47 @@ async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concu
                         first = True
                         async for _ in r.content.iter_any():
                             if first:
-                                ttfts.append(time.perf_counter() - t0)
+                                load.ttfts.append(time.perf_counter() - t0)
                                 first = False
                     else:
                         await r.read()
                     if r.status != 200:
-                        errors += 1
+                        load.errors += 1
             except aiohttp.ClientError:
-                errors += 1
-            latencies.append(time.perf_counter() - t0)
+                load.errors += 1
+            load.latencies.append(time.perf_counter() - t0)
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    return {"p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
-            "ttft_p50_ms": pct(ttfts, 50) if ttfts else None,
-            "ttft_p99_ms": pct(ttfts, 99) if ttfts else None,
-            "rps": round(len(latencies) / elapsed, 1), "errors": errors}
+    load.elapsed = time.perf_counter() - started
+    return load
+
+
+class Load:
+    """Latencies (s) of one or more runs, pooled."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.ttfts: list[float] = []
+        self.errors = 0
+        self.elapsed = 0.0
+
+    def add(self, other: Load) -> None:
+        self.latencies += other.latencies
+        self.ttfts += other.ttfts
+        self.errors += other.errors
+        self.elapsed += other.elapsed
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.elapsed
+
+    def summary(self) -> dict[str, Any]:
+        return {"requests": len(self.latencies), "p50_ms": pct(self.latencies, 50),
+                "p99_ms": pct(self.latencies, 99),
+                "ttft_p50_ms": pct(self.ttfts, 50) if self.ttfts else None,
+                "ttft_p99_ms": pct(self.ttfts, 99) if self.ttfts else None,
+                "rps": round(self.rps, 1), "errors": self.errors}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -143,15 +167,26 @@ async def bench(args: argparse.Namespace, fake_url: str, gw_url: str) -> dict[st
                 # warm both paths (connections, code caches) before measuring
                 for url in (fake_url, gw_url):
                     await run_load(session, url, stream, conc, max(50, conc * 4), headers)
-                direct = await run_load(session, fake_url, stream, conc, n, headers)
-                via = await run_load(session, gw_url, stream, conc, n, headers)
-                row: dict[str, Any] = {"direct": direct, "gateway": via,
-                                       "added_p50_ms": round(via["p50_ms"] - direct["p50_ms"], 3),
-                                       "added_p99_ms": round(via["p99_ms"] - direct["p99_ms"], 3),
-                                       "throughput_ratio": round(via["rps"] / direct["rps"], 3)}
+                # Short interleaved rounds, so drift in the machine's speed hits both sides.
+                direct, via, ratios = Load(), Load(), []
+                for r in range(args.rounds):
+                    order = [(direct, fake_url), (via, gw_url)]
+                    runs = {}
+                    for load, url in order if r % 2 == 0 else order[::-1]:
+                        runs[url] = await run_load(session, url, stream, conc,
+                                                   n // args.rounds, headers)
+                        load.add(runs[url])
+                    ratios.append(runs[gw_url].rps / runs[fake_url].rps)
+                d, g = direct.summary(), via.summary()
+                row: dict[str, Any] = {"direct": d, "gateway": g,
+                                       "added_p50_ms": round(g["p50_ms"] - d["p50_ms"], 3),
+                                       "added_p99_ms": round(g["p99_ms"] - d["p99_ms"], 3),
+                                       "throughput_ratio": round(via.rps / direct.rps, 3),
+                                       "throughput_ratio_per_round": [round(x, 3)
+                                                                      for x in ratios]}
                 if stream:
-                    row["added_ttft_p50_ms"] = round(via["ttft_p50_ms"] - direct["ttft_p50_ms"], 3)
-                    row["added_ttft_p99_ms"] = round(via["ttft_p99_ms"] - direct["ttft_p99_ms"], 3)
+                    row["added_ttft_p50_ms"] = round(g["ttft_p50_ms"] - d["ttft_p50_ms"], 3)
+                    row["added_ttft_p99_ms"] = round(g["ttft_p99_ms"] - d["ttft_p99_ms"], 3)
                 results[name] = row
     return results
 
@@ -161,6 +196,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000,
                         help="requests per measurement at concurrency 1 (x2 above)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved direct/gateway rounds per measurement")
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per response")
     parser.add_argument("--ttft-ms", type=float, default=0)
     parser.add_argument("--itl-ms", type=float, default=0)

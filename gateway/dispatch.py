@@ -126,12 +126,12 @@ class Dispatcher:
         last: tuple[Target, R] | None = None
         error: UpstreamError | None = None
         tries = 0
-        if rec.upstream_started is None:
-            rec.upstream_started = time.perf_counter()
         for target in targets:
             upstream = self.upstreams[target.upstream]
             if not upstream.enabled:
                 continue
+            if rec.upstream_started is None:
+                rec.upstream_started = time.perf_counter()
             rec.upstream, rec.model_served = target.upstream, target.model
             for n in range(1, policy.max_attempts + 1):
                 if tries:

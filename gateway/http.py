@@ -14,6 +14,7 @@ from gateway.types import Receive, Send
 
 __all__ = [
     "HOP_BY_HOP",
+    "WATCH_GRACE_S",
     "ClientDisconnected",
     "forward_request_headers",
     "forward_response_headers",
@@ -60,16 +61,26 @@ async def read_body(receive: Receive, limit: int, declared: int | None = None) -
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def run_until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
+#: How long a request runs before the gateway starts watching for a client disconnect (s).
+#: Requests that finish sooner (cache hits, fast upstreams) never pay for the watcher task;
+#: longer ones notice a disconnect at most this much later than it happened.
+WATCH_GRACE_S = 0.02
+
+
+async def run_until_disconnect(
+    receive: Receive, work: Awaitable[T], grace_s: float = WATCH_GRACE_S
+) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected.
 
     Call only after the request body was read: from then on, ``receive()`` returns nothing
-    but ``http.disconnect`` (ASGI spec), so watching it costs one pending task. ``work`` runs
-    in the calling task, which the watcher cancels on disconnect.
+    but ``http.disconnect`` (ASGI spec). ``work`` runs in the calling task; a watcher task,
+    started after ``grace_s``, cancels it on disconnect.
     """
     task = asyncio.current_task()
     assert task is not None
+    loop = asyncio.get_running_loop()
     disconnected = False
+    watcher: asyncio.Task[None] | None = None
 
     async def watch() -> None:
         nonlocal disconnected
@@ -78,7 +89,11 @@ async def run_until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
         disconnected = True
         task.cancel()
 
-    watcher = asyncio.get_running_loop().create_task(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    timer = loop.call_later(grace_s, start_watching)
     try:
         return await work
     except asyncio.CancelledError:
@@ -87,7 +102,9 @@ async def run_until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
             raise ClientDisconnected() from None
         raise
     finally:
-        watcher.cancel()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
         if disconnected and task.cancelling():  # the client left just as the work finished
             task.uncancel()
 

@@ -123,6 +123,7 @@ class RequestRecord:
         return out
 
 
+
 class RequestIds:
     """Makes request ids: a random 64-bit prefix per process plus a counter, 32 hex digits
     (unique across replicas in practice, and ~10x cheaper than uuid4, which reads the OS
@@ -144,14 +145,10 @@ class RequestLogger:
         # The request line carries its own ts and needs no level or context merging: a lean
         # processor chain keeps it cheap (it runs once per request).
         # Lines are flushed by flush() (the app calls it every FLUSH_INTERVAL_S), not one
-        # syscall per request.
+        # syscall per request. The record is complete and flat, so it skips structlog's
+        # processor chain: rendered by orjson, written by structlog's BytesLogger.
         self._out = sys.stdout.buffer
-        bound = structlog.make_filtering_bound_logger(logging.INFO)
-        self._log = bound(
-            structlog.BytesLogger(_Unflushed(self._out)),
-            [structlog.processors.JSONRenderer(serializer=orjson.dumps)],
-            {},
-        )
+        self._writer = structlog.BytesLogger(_Unflushed(self._out))
         self._sink = sink
         self.enabled = enabled
 
@@ -165,7 +162,8 @@ class RequestLogger:
         if self._sink is not None:
             self._sink(fields)
         if self.enabled:
-            self._log.info("request", **fields)
+            fields["event"] = "request"
+            self._writer.msg(orjson.dumps(fields))
 
 
 class _Unflushed:
