@@ -30,8 +30,10 @@ Prompt and completion text and keys are never logged.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import operator
 import os
 import sys
 import time
@@ -53,6 +55,20 @@ FIELDS = (
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
 )
+
+
+_get_fields = operator.attrgetter(*FIELDS)
+
+
+@functools.lru_cache(maxsize=4)
+def _iso_second(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _iso(ts: float) -> str:
+    """ISO 8601 UTC with milliseconds; the date part is formatted once per second."""
+    second = int(ts)
+    return f"{_iso_second(second)}.{int((ts - second) * 1000):03d}+00:00"
 
 
 class RequestRecord:
@@ -118,8 +134,8 @@ class RequestRecord:
             self.overhead_ms = self.total_ms
 
     def as_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in FIELDS}
-        out["ts"] = datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds")
+        out = dict(zip(FIELDS, _get_fields(self), strict=True))
+        out["ts"] = _iso(self.ts)
         return out
 
 

@@ -23,7 +23,7 @@ _NUMBERS: dict[str, tuple[float, float]] = {
     "presence_penalty": (-2.0, 2.0),
     "frequency_penalty": (-2.0, 2.0),
 }
-_POSITIVE_INTS = ("max_tokens", "max_completion_tokens", "n")
+_POSITIVE_INTS = frozenset({"max_tokens", "max_completion_tokens", "n"})
 
 
 def parse_body(body: bytes, kind: Kind) -> dict[str, Any]:
@@ -56,24 +56,23 @@ def parse_body(body: bytes, kind: Kind) -> dict[str, Any]:
     options = data.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _type("stream_options", "an object", options)
-    for name, (lo, hi) in _NUMBERS.items():
-        value = data.get(name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi
-        ):
-            raise InvalidRequest(f"'{name}' must be a number between {lo} and {hi}, got "
-                                 f"{value!r}", param=name, code="invalid_value")
-    for name in _POSITIVE_INTS:
-        value = data.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise InvalidRequest(f"'{name}' must be an integer >= 1, got {value!r}",
-                                 param=name, code="invalid_value")
-    stop = data.get("stop")
-    if stop is not None and not (
-        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
-    ):
-        raise _type("stop", "a string or an array of strings", stop)
+    for name, value in data.items():  # only the fields present, usually a handful
+        if value is None:
+            continue
+        bounds = _NUMBERS.get(name)
+        if bounds is not None:
+            lo, hi = bounds
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not lo <= value <= hi:
+                raise InvalidRequest(f"'{name}' must be a number between {lo} and {hi}, "
+                                     f"got {value!r}", param=name, code="invalid_value")
+        elif name in _POSITIVE_INTS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidRequest(f"'{name}' must be an integer >= 1, got {value!r}",
+                                     param=name, code="invalid_value")
+        elif name == "stop" and not (isinstance(value, str) or (
+                isinstance(value, list) and all(isinstance(s, str) for s in value))):
+            raise _type("stop", "a string or an array of strings", value)
     return data
 
 
