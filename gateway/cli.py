@@ -10,6 +10,7 @@ import argparse
 import gc
 import sys
 
+from gateway.auth import Authenticator
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
@@ -50,6 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     policy = load_policy(config.policy_path)
+    Authenticator(config.auth, source=config.path)  # key variables must be set
     print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "
           f"model(s); policy {config.policy_path} (version {policy.version!r})")
     return 0

@@ -64,7 +64,7 @@ class AuthConfig:
 class UpstreamConfig:
     """One upstream. ``type = "openai"``: any OpenAI-compatible base URL."""
 
-    type: Literal["openai", "local"]
+    type: Literal["openai"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -77,8 +77,8 @@ class UpstreamConfig:
     headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.type == "openai" and not self.base_url:
-            raise ValueError("type 'openai' needs base_url")
+        if not self.base_url:
+            raise ValueError(f"type {self.type!r} needs base_url")
 
     @property
     def api_key(self) -> str | None:
@@ -121,7 +121,8 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     upstreams: dict[str, UpstreamConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
-    #: Set by load_config: the folder relative paths are resolved against.
+    #: Set by load_config: the file, and the folder relative paths are resolved against.
+    path: str = "<defaults>"
     root: str = "."
 
     @property
@@ -137,8 +138,9 @@ def load_config(path: str | Path) -> Config:
     """
     path = str(path)
     data = load_toml(path)
-    if "root" in data:
-        raise ConfigError(path, "root", "unknown key")
+    for internal in ("path", "root"):
+        if internal in data:
+            raise ConfigError(path, internal, "unknown key")
     config = parse(Config, data, path)
     config = Config(
         server=config.server,
@@ -146,6 +148,7 @@ def load_config(path: str | Path) -> Config:
         logging=config.logging,
         upstreams=config.upstreams,
         models=config.models,
+        path=path,
         root=str(Path(path).resolve().parent),
     )
     _check_references(config, path)

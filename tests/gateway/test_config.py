@@ -45,7 +45,7 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
 @pytest.mark.parametrize(("extra", "key", "fragment"), [
     ("[server]\nprot = 1\n", "server.prot", "allowed keys: host, max_body_bytes, policy, "
      "policy_reload, port"),
-    ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai', 'local'"),
+    ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai'"),
     ('[upstreams.bad]\ntype = "openai"\n', "upstreams.bad", "needs base_url"),
     ("[server]\nport = 70000\n", "server.port", "must be <= 65535"),
     ('[server]\nport = "80"\n', "server.port", "expected an integer"),
@@ -92,3 +92,11 @@ def test_gateway_check_validates_without_serving(tmp_path, capsys):
     assert main(["check", str(good)]) == 2
     err = capsys.readouterr().err
     assert "policy.toml: retry.base_delay_ms: must be >= 0" in err
+
+
+def test_check_reports_an_unset_gateway_key_variable(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("GATEWAY_TEST_KEY_A", raising=False)
+    path = write(tmp_path, BASE + '[[auth.keys]]\nid = "a"\nkey_env = "GATEWAY_TEST_KEY_A"\n')
+    assert main(["check", str(path)]) == 2
+    assert "auth.keys[a].key_env: environment variable GATEWAY_TEST_KEY_A is not set" in \
+        capsys.readouterr().err
