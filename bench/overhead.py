@@ -48,7 +48,8 @@ def free_port() -> int:
 def start_fake(port: int) -> subprocess.Popen[bytes]:
     code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
             f"uvicorn.run(FakeUpstream(record_requests=False), host='127.0.0.1', port={port}, "
-            "loop='uvloop', http='httptools', access_log=False, log_level='warning')")
+            "loop='uvloop', http='httptools', access_log=False, log_level='warning', "
+            "server_header=False)")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
 
 

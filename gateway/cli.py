@@ -41,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         http="httptools",
         access_log=False,
         proxy_headers=False,
+        server_header=False,
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=5,
