@@ -14,6 +14,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             ``x-fake-key`` (then answer normally)
 ``x-fake-die-after``        streaming: drop the connection after N content chunks
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
+``x-fake-set-cookie``       send this Set-Cookie header with a completion
 =========================  =========================================================
 
 Every request is recorded (:class:`Record`): headers, JSON body, and monotonic times of
@@ -166,7 +167,9 @@ class FakeUpstream:
             if isinstance(data, dict) and data.get("stream"):
                 await self._stream(data, headers, chat, rec, disconnected, send)
             else:
-                await _send_json(send, 200, _completion(data, headers, chat), rec)
+                cookie = headers.get("x-fake-set-cookie")
+                extra = [(b"set-cookie", cookie.encode())] if cookie else None
+                await _send_json(send, 200, _completion(data, headers, chat), rec, extra)
         elif path.endswith("/embeddings"):
             await _send_json(send, 200, _embeddings(data), rec)
         elif path.endswith("/models"):

@@ -82,6 +82,8 @@ class OpenAIUpstream(Upstream):
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
+                # Never keep upstream cookies: they would be replayed for other clients.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=self._timeout,
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),

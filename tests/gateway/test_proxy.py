@@ -354,3 +354,11 @@ def test_abort_mid_stream_reaches_upstream_within_100ms(gw, fake):
     seen = _disconnected(fake)
     assert seen - aborted < 0.1
     assert fake.records[0].chunks_sent < 1000
+
+
+def test_upstream_cookies_are_neither_kept_nor_forwarded(gw, fake):
+    first = httpx.post(gw.v1 + "/chat/completions", headers={"x-fake-set-cookie": "sid=alice"},
+                       json={"model": "fake-model", "messages": MESSAGES})
+    assert "set-cookie" not in first.headers
+    httpx.post(gw.v1 + "/chat/completions", json={"model": "fake-model", "messages": MESSAGES})
+    assert "cookie" not in fake.records[1].headers
