@@ -87,9 +87,8 @@ def create_app(
         return _json({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        enabled = [u.name for u in gw.upstreams.values() if u.enabled]
-        ready = bool(enabled)
-        return _json({"status": "ready" if ready else "not_ready", "upstreams": enabled},
+        ready = gw.ready()
+        return _json({"status": "ready" if ready else "not_ready", "upstreams": ready},
                      200 if ready else 503)
 
     async def metrics(request: Request) -> Response:

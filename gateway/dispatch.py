@@ -10,7 +10,14 @@ not retried: the upstream may still be working on it. When every attempt fails w
 the last upstream response is returned as it is, so the client sees the upstream's own error.
 
 A streaming attempt includes the first body chunk: an upstream that accepts and then dies
-before sending anything is retried too. After that, the caller owns the stream.
+before sending anything is retried too. After that, the caller owns the stream (and its
+admission slot, which it releases when the stream ends).
+
+Before a target is tried, its circuit breaker must allow it and its limiter must admit the
+request (:mod:`gateway.admission`); a target that cannot take it is skipped, and when no
+target could, :class:`~gateway.admission.Shed` is raised for the degraded-mode actions. Every
+attempt after the first spends from the retry budget (:mod:`gateway.retry_budget`); when it
+is empty the request ends with what it has.
 """
 
 from __future__ import annotations
@@ -23,25 +30,59 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from gateway.admission import Limiter, Shed, Slot
+from gateway.breaker import Breaker
 from gateway.config import Target
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
-from gateway.policy import RetryPolicy
+from gateway.policy import Policy, RetryPolicy
 from gateway.requestlog import RequestRecord
+from gateway.retry_budget import RetryBudget
 from gateway.upstreams.base import RawHeaders, Reply, Upstream, UpstreamRequest, UpstreamResponse
 
-__all__ = ["Dispatcher", "Opened", "backoff_ms", "retry_after_ms"]
+__all__ = ["Dispatcher", "Guard", "Opened", "Ticket", "backoff_ms", "retry_after_ms"]
 
 R = TypeVar("R", Reply, "Opened")
 
 
 @dataclass(slots=True)
 class Opened:
-    """A successful streaming response whose first chunk has been read."""
+    """A successful streaming response whose first chunk has been read. The caller releases
+    ``slot`` (if any) when the stream is over."""
 
     response: UpstreamResponse
     chunks: AsyncIterator[bytes]
     first: bytes
     status: int = 200
+    slot: Slot | None = None
+
+    def close(self) -> None:
+        self.response.close()
+        if self.slot is not None:
+            self.slot.release()
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """How the request queues: its priority class and whether it is a long prompt."""
+
+    priority: str = "normal"
+    long: bool = False
+
+
+class Guard:
+    """An upstream's admission limiter and circuit breaker, updated in place on reload."""
+
+    def __init__(self, policy: Policy):
+        self.limiter = Limiter(policy.admission)
+        self.breaker = Breaker(policy.breaker)
+
+    def update(self, policy: Policy) -> None:
+        old = self.limiter.policy
+        self.limiter.policy = policy.admission
+        if (old.limiter, old.max_concurrency) != (policy.admission.limiter,
+                                                  policy.admission.max_concurrency):
+            self.limiter.limit = float(policy.admission.max_concurrency)
+        self.breaker.policy = policy.breaker
 
 
 def backoff_ms(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
@@ -75,32 +116,43 @@ class Dispatcher:
     def __init__(
         self,
         upstreams: dict[str, Upstream],
+        policy: Policy,
         *,
         rand: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ):
         self.upstreams = upstreams
+        self.guards = {name: Guard(policy) for name in upstreams}
+        self.budget = RetryBudget(policy.retry_budget)
         self._rand = rand
         self._sleep = sleep
+
+    def update(self, policy: Policy) -> None:
+        """A new policy: limits, breakers and the retry budget follow it, state kept."""
+        for guard in self.guards.values():
+            guard.update(policy)
+        self.budget.policy = policy.retry_budget
 
     async def unary(
         self,
         targets: Sequence[Target],
         build: Callable[[Target], UpstreamRequest],
-        policy: RetryPolicy,
+        policy: Policy,
         rec: RequestRecord,
+        ticket: Ticket = Ticket(),
     ) -> tuple[Target, Reply]:
         async def attempt(upstream: Upstream, target: Target) -> Reply:
             return await upstream.send(build(target))
 
-        return await self._run(targets, attempt, policy, rec)
+        return await self._run(targets, attempt, policy, rec, ticket)
 
     async def stream(
         self,
         targets: Sequence[Target],
         build: Callable[[Target], UpstreamRequest],
-        policy: RetryPolicy,
+        policy: Policy,
         rec: RequestRecord,
+        ticket: Ticket = Ticket(),
     ) -> tuple[Target, Reply | Opened]:
         async def attempt(upstream: Upstream, target: Target) -> Reply | Opened:
             response = await upstream.stream(build(target))
@@ -114,50 +166,91 @@ class Dispatcher:
                 raise
             return Opened(response, chunks, first)
 
-        return await self._run(targets, attempt, policy, rec)
+        return await self._run(targets, attempt, policy, rec, ticket)
 
     async def _run(
         self,
         targets: Sequence[Target],
         attempt: Callable[[Upstream, Target], Awaitable[R]],
-        policy: RetryPolicy,
+        policy: Policy,
         rec: RequestRecord,
+        ticket: Ticket,
     ) -> tuple[Target, R]:
+        retry = policy.retry
         last: tuple[Target, R] | None = None
         error: UpstreamError | None = None
+        shed: Shed | None = None
         tries = 0
+        self.budget.deposit()
         for target in targets:
             upstream = self.upstreams[target.upstream]
             if not upstream.enabled:
                 continue
+            guard = self.guards[target.upstream]
+            if not guard.breaker.allow():
+                shed = Shed("breaker_open", guard.breaker.retry_after_s())
+                continue
+            slot: Slot | None = None
+            if policy.admission.enabled:
+                try:
+                    slot = await guard.limiter.acquire(ticket.priority, ticket.long)
+                except Shed as exc:
+                    shed = exc
+                    continue
+                if slot.waited_ms:
+                    rec.queue_ms = round(rec.queue_ms + slot.waited_ms, 3)
             if rec.upstream_started is None:
                 rec.upstream_started = time.perf_counter()
             rec.upstream, rec.model_served = target.upstream, target.model
-            for n in range(1, policy.max_attempts + 1):
-                if tries:
-                    rec.retries += 1
-                tries += 1
-                try:
-                    result = await attempt(upstream, target)
-                except UpstreamTimeout:
-                    raise
-                except UpstreamError as exc:
-                    error, last = exc, None
-                    delay = backoff_ms(n, policy, self._rand)
-                else:
-                    if result.status not in policy.retry_on_status:
-                        return target, result
-                    error, last = None, (target, result)
-                    hinted = retry_after_ms(result.headers)
-                    if hinted is not None and hinted > policy.max_retry_after_ms:
-                        break
-                    delay = hinted if hinted is not None else backoff_ms(n, policy, self._rand)
-                if n < policy.max_attempts:
-                    await self._sleep(delay / 1000)
-        if last is not None:
-            return last
-        if error is not None:
-            raise error
+            try:
+                for n in range(1, retry.max_attempts + 1):
+                    if tries:
+                        if not self.budget.withdraw():
+                            return _give_up(last, error)
+                        rec.retries += 1
+                    tries += 1
+                    started = time.perf_counter()
+                    try:
+                        result = await attempt(upstream, target)
+                    except UpstreamError as exc:
+                        guard.breaker.record(False)
+                        if slot is not None:
+                            slot.sample(False)
+                        if isinstance(exc, UpstreamTimeout):
+                            raise
+                        error, last = exc, None
+                        delay = backoff_ms(n, retry, self._rand)
+                    else:
+                        status = result.status
+                        ok = status < 500 and status != 429
+                        hinted = retry_after_ms(result.headers) if not ok else None
+                        guard.breaker.record(ok, hinted)
+                        if slot is not None:
+                            slot.sample(ok, (time.perf_counter() - started) * 1000)
+                        if status not in retry.retry_on_status:
+                            if isinstance(result, Opened):
+                                result.slot, slot = slot, None  # the caller releases it
+                            return target, result
+                        error, last = None, (target, result)
+                        if hinted is not None and hinted > retry.max_retry_after_ms:
+                            break
+                        delay = hinted if hinted is not None else backoff_ms(n, retry, self._rand)
+                    if n < retry.max_attempts:
+                        await self._sleep(delay / 1000)
+            finally:
+                if slot is not None:
+                    slot.release()
+        if last is not None or error is not None:
+            return _give_up(last, error)
+        if shed is not None:
+            raise shed
         raise NoUpstreamAvailable(
             "no upstream is available for this model (are the upstreams' API keys set?)"
         )
+
+
+def _give_up(last: tuple[Target, R] | None, error: UpstreamError | None) -> tuple[Target, R]:
+    if last is not None:
+        return last
+    assert error is not None
+    raise error

@@ -13,7 +13,9 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
      ├── UpstreamError             502 upstream_error / upstream_error
      │    ├── UpstreamUnreachable  502 upstream_error / upstream_unreachable
      │    └── UpstreamTimeout      504 upstream_error / upstream_timeout
-     └── NoUpstreamAvailable       503 overloaded_error / no_upstream_available
+     ├── NoUpstreamAvailable       503 overloaded_error / no_upstream_available
+     └── Overloaded                503 overloaded_error / degraded_mode (shed)
+          └── TenantLimited        429 overloaded_error / degraded_mode (a key's own limit)
 
 Library errors (httpx, orjson, tomllib) are converted where they enter, with ``from exc``.
 ``ConfigError`` is separate: it never reaches a client, it names a file and a key.
@@ -21,6 +23,7 @@ Library errors (httpx, orjson, tomllib) are converted where they enter, with ``f
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -34,7 +37,9 @@ __all__ = [
     "ModelNotFound",
     "NoUpstreamAvailable",
     "NotFound",
+    "Overloaded",
     "RequestTooLarge",
+    "TenantLimited",
     "UpstreamError",
     "UpstreamTimeout",
     "UpstreamUnreachable",
@@ -134,6 +139,24 @@ class NoUpstreamAvailable(GatewayError):
     status = 503
     type = "overloaded_error"
     code = "no_upstream_available"
+
+
+class Overloaded(GatewayError):
+    """Shed: the gateway answers at once instead of queueing without bound. ``reason`` goes to
+    the ``x-gateway-degraded`` header and the log line; ``Retry-After`` says when to retry."""
+
+    status = 503
+    type = "overloaded_error"
+    code = "degraded_mode"
+
+    def __init__(self, message: str, *, reason: str, retry_after_s: float):
+        seconds = str(max(0, math.ceil(retry_after_s)))
+        super().__init__(message, headers={"Retry-After": seconds, "x-gateway-degraded": reason})
+        self.reason = reason
+
+
+class TenantLimited(Overloaded):
+    status = 429
 
 
 class ConfigError(Exception):

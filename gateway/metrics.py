@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from gateway.requestlog import RequestRecord
@@ -75,6 +81,9 @@ class RequestCollector(Collector):
         self.upstream = _Family("gateway_upstream_duration_seconds",
                                 "First upstream attempt to last upstream byte.", ("upstream",),
                                 LATENCY_BUCKETS)
+        self.queue_wait = _Family("gateway_queue_wait_seconds",
+                                  "Time queued for an admission slot (requests that queued).",
+                                  ("upstream",), LATENCY_BUCKETS)
         self.overhead = _Family("gateway_overhead_seconds",
                                 "Total minus upstream time: what the gateway added.", ("route",),
                                 OVERHEAD_BUCKETS)
@@ -84,9 +93,11 @@ class RequestCollector(Collector):
         self.retries: dict[str, int] = {}
         self.cancelled: dict[str, int] = {}
         self.errors: dict[tuple[str, str], int] = {}
+        self.shed: dict[tuple[str, str], int] = {}
 
     def collect(self) -> Iterator[Metric]:
-        yield from (f.collect() for f in (self.duration, self.ttft, self.upstream, self.overhead))
+        yield from (f.collect() for f in (self.duration, self.ttft, self.upstream, self.overhead,
+                                          self.queue_wait))
         for name, doc, labels, values in (
             ("gateway_requests", "Requests by route, served model and status.",
              ["route", "model", "status"], self.requests),
@@ -98,10 +109,36 @@ class RequestCollector(Collector):
              ["route"], self.cancelled),
             ("gateway_errors", "Failed requests by error type.", ["route", "type"],
              self.errors),
+            ("gateway_shed", "Requests shed or rerouted (degraded mode) by reason.",
+             ["route", "reason"], self.shed),
         ):
             family = CounterMetricFamily(name, doc, labels=labels)
             for key, count in list(values.items()):
                 family.add_metric(list(key) if isinstance(key, tuple) else [key], count)
+            yield family
+
+
+class _GuardCollector(Collector):
+    def __init__(self, dispatcher: Any):
+        self._dispatcher = dispatcher
+
+    def collect(self) -> Iterator[Metric]:
+        gauges = {
+            "gateway_upstream_in_flight": ("Requests holding an admission slot.",
+                                           lambda g: g.limiter.in_flight),
+            "gateway_upstream_concurrency_limit": ("Current admission limit.",
+                                                   lambda g: g.limiter.limit),
+            "gateway_upstream_queue_depth": ("Requests waiting for a slot.",
+                                             lambda g: g.limiter.queue_depth),
+            "gateway_upstream_service_ms": ("Mean slot hold time (EWMA), ms.",
+                                            lambda g: g.limiter.service_ms),
+            "gateway_breaker_state": ("Circuit breaker: 0 closed, 1 half-open, 2 open.",
+                                      lambda g: int(g.breaker.state)),
+        }
+        for name, (doc, read) in gauges.items():
+            family = GaugeMetricFamily(name, doc, labels=["upstream"])
+            for upstream, guard in self._dispatcher.guards.items():
+                family.add_metric([upstream], read(guard))
             yield family
 
 
@@ -133,6 +170,11 @@ class Metrics:
         self.policy_reloads = Counter("gateway_policy_reloads", "Policy reload attempts.",
                                       ["result"], registry=self.registry)
 
+    def watch_guards(self, dispatcher: Any) -> None:
+        """Export each upstream's admission and breaker state (read at scrape time)."""
+        self.registry.register(_GuardCollector(dispatcher))
+
+
     def observe(self, rec: RequestRecord) -> None:
         """Count one finished request (called once per request, on the event-loop thread)."""
         c = self.collector
@@ -153,6 +195,8 @@ class Metrics:
                                         rec.cached_tokens), strict=True):
             if n:
                 c.tokens[k] = c.tokens.get(k, 0) + n
+        if rec.queue_ms:
+            c.queue_wait.observe(c.queue_wait.get(rec.upstream or "none"), rec.queue_ms / 1000)
         if rec.retries:
             c.retries[rec.route] = c.retries.get(rec.route, 0) + rec.retries
         if rec.cancelled:
@@ -160,6 +204,9 @@ class Metrics:
         if rec.error_type:
             k2 = (rec.route, rec.error_type)
             c.errors[k2] = c.errors.get(k2, 0) + 1
+        if rec.shed:
+            k3 = (rec.route, rec.shed)
+            c.shed[k3] = c.shed.get(k3, 0) + 1
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

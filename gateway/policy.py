@@ -14,14 +14,20 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import structlog
 import watchfiles
 
+from gateway.admission import AdmissionPolicy
+from gateway.breaker import BreakerPolicy
 from gateway.errors import ConfigError
+from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
 
-__all__ = ["Policy", "PolicyStore", "RetryPolicy", "StreamingPolicy", "load_policy"]
+__all__ = [
+    "DegradedPolicy", "Policy", "PolicyStore", "RetryPolicy", "StreamingPolicy", "load_policy",
+]
 
 log = structlog.get_logger("gateway.policy")
 
@@ -52,9 +58,24 @@ class StreamingPolicy:
 
 
 @dataclass(frozen=True)
+class DegradedPolicy:
+    """What to do with a request that cannot be admitted, in order (see gateway.degraded)."""
+
+    actions: tuple[Literal["reroute", "reject"], ...] = ("reroute", "reject")
+    #: Public model name to reroute to (a small tier or the local engine); none: skip reroute.
+    reroute_model: str | None = None
+    #: Smallest Retry-After sent with a shed response (s).
+    min_retry_after_s: int = bounded(1, ge=0)
+
+
+@dataclass(frozen=True)
 class Policy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     streaming: StreamingPolicy = field(default_factory=StreamingPolicy)
+    admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    degraded: DegradedPolicy = field(default_factory=DegradedPolicy)
     version: str = "default"
 
 

@@ -16,8 +16,10 @@ from typing import Any
 import orjson
 import structlog
 
+from gateway.admission import PRIORITY_RANK, AdmissionPolicy
 from gateway.config import Target
-from gateway.dispatch import Opened
+from gateway.degraded import serve_or_degrade
+from gateway.dispatch import Opened, Ticket
 from gateway.errors import GatewayError, UpstreamError
 from gateway.http import (
     ClientDisconnected,
@@ -70,6 +72,7 @@ class ModelEndpoint:
         rec = RequestRecord(request_id_of(headers, self.ids), self.route)
         extra = [(b"x-request-id", rec.request_id.encode())]
         state = {"started": False}
+        entered = False
         gw.metrics.in_flight += 1
         try:
             rec.key_id = gw.auth.check(headers)
@@ -79,10 +82,23 @@ class ModelEndpoint:
             rec.model_requested = data["model"]
             rec.stream = bool(data.get("stream"))
             route = gw.models.resolve(data["model"])
-            if rec.stream:
-                work = self._stream(data, body, route.targets, headers, rec, extra, send, state)
-            else:
-                work = self._unary(data, body, route.targets, headers, rec, extra, send)
+            policy = gw.policy
+            gw.limits.enter(policy.admission, rec.key_id, gw.metrics.in_flight,
+                            policy.degraded.min_retry_after_s)
+            entered = True
+            ticket = _ticket(policy.admission, rec.key_id, headers, len(body))
+
+            async def serve(targets: tuple[Target, ...]) -> None:
+                if rec.stream:
+                    await self._stream(data, body, targets, headers, rec, extra, send, state,
+                                       ticket)
+                else:
+                    await self._unary(data, body, targets, headers, rec, extra, send, ticket)
+
+            reroute = gw.models.routes.get(policy.degraded.reroute_model or "")
+            work = serve_or_degrade(serve, route.targets,
+                                    reroute.targets if reroute and reroute is not route else None,
+                                    policy.degraded, rec, extra)
             await run_until_disconnect(receive, work)
         except ClientDisconnected:
             rec.cancelled = True
@@ -98,6 +114,8 @@ class ModelEndpoint:
                 await send_error(send, GatewayError("internal gateway error"), extra)
         finally:
             gw.metrics.in_flight -= 1
+            if entered:
+                gw.limits.leave(rec.key_id)
             rec.finish()
             gw.metrics.observe(rec)
             gw.logger.emit(rec)
@@ -120,10 +138,10 @@ class ModelEndpoint:
     async def _unary(
         self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
         headers: list[tuple[bytes, bytes]], rec: RequestRecord,
-        extra: list[tuple[bytes, bytes]], send: Send,
+        extra: list[tuple[bytes, bytes]], send: Send, ticket: Ticket,
     ) -> None:
         build = self._builder(data, raw, headers, rec, changed=False)
-        _, reply = await self.gw.dispatcher.unary(targets, build, self.gw.policy.retry, rec)
+        _, reply = await self.gw.dispatcher.unary(targets, build, self.gw.policy, rec, ticket)
         rec.upstream_ended = time.perf_counter()
         _observe_reply(reply, rec)
         await send_bytes(send, reply.status, reply.body,
@@ -132,7 +150,7 @@ class ModelEndpoint:
     async def _stream(
         self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
         headers: list[tuple[bytes, bytes]], rec: RequestRecord,
-        extra: list[tuple[bytes, bytes]], send: Send, state: dict[str, bool],
+        extra: list[tuple[bytes, bytes]], send: Send, state: dict[str, bool], ticket: Ticket,
     ) -> None:
         policy = self.gw.policy
         options = data.get("stream_options") or {}
@@ -140,7 +158,7 @@ class ModelEndpoint:
         if hide_usage:
             data = {**data, "stream_options": {**options, "include_usage": True}}
         build = self._builder(data, raw, headers, rec, changed=hide_usage)
-        _, opened = await self.gw.dispatcher.stream(targets, build, policy.retry, rec)
+        _, opened = await self.gw.dispatcher.stream(targets, build, policy, rec, ticket)
         if isinstance(opened, Reply):  # the upstream refused with a status: pass it on
             rec.upstream_ended = time.perf_counter()
             _observe_reply(opened, rec)
@@ -174,7 +192,7 @@ class ModelEndpoint:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
             finally:
                 rec.upstream_ended = time.perf_counter()
-                opened.response.close()
+                opened.close()
             out = observer.flush()
             if not (observer.done or observer.errored):
                 raise UpstreamError("the upstream ended the stream without [DONE]")
@@ -209,6 +227,18 @@ def _observe_reply(reply: Reply, rec: RequestRecord) -> None:
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[-1], dict):
         rec.finish_reason = choices[-1].get("finish_reason")
+
+
+def _ticket(policy: AdmissionPolicy, key_id: str | None, headers: list[tuple[bytes, bytes]],
+            size: int) -> Ticket:
+    priority = policy.key_priority.get(key_id, "") if key_id else ""
+    if not priority:
+        for k, v in headers:
+            if k == b"x-gateway-priority":
+                priority = v.decode("latin-1").strip().lower()
+        if priority not in PRIORITY_RANK:
+            priority = "normal"
+    return Ticket(priority, size > policy.long_prompt_bytes)
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -13,6 +13,7 @@ upstream           the upstream's name
 status             HTTP status returned to the client
 stream             whether the client asked for SSE
 ttft_ms            streaming: arrival -> first event forwarded
+queue_ms           time queued for an admission slot (0 when admitted at once)
 total_ms           arrival -> last byte sent
 upstream_ms        first upstream attempt -> last upstream byte (retries included)
 overhead_ms        total_ms - upstream_ms: what the gateway itself added
@@ -22,7 +23,8 @@ retries            attempts beyond the first, across fallback targets
 cancelled          the client went away before the response was complete
 error_type         OpenAI ``error.type`` when the request failed, else null
 error_code         OpenAI ``error.code`` when the request failed, else null
-cache, route_tier, route_score, compression, shed   filled by pipeline stages (null when off)
+shed               degraded-mode reason (shed or rerouted), else null
+cache, route_tier, route_score, compression   filled by pipeline stages (null when off)
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -51,7 +53,8 @@ FLUSH_INTERVAL_S = 0.2
 
 FIELDS = (
     "request_id", "ts", "route", "key_id", "model_requested", "model_served", "upstream",
-    "status", "stream", "ttft_ms", "total_ms", "upstream_ms", "overhead_ms", "prompt_tokens",
+    "status", "stream", "ttft_ms", "queue_ms", "total_ms", "upstream_ms", "overhead_ms",
+    "prompt_tokens",
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
 )
@@ -84,6 +87,7 @@ class RequestRecord:
     model_served: str | None = None
     upstream: str | None = None
     ttft_ms: float | None = None
+    queue_ms: float = 0.0
     total_ms: float | None = None
     upstream_ms: float | None = None
     overhead_ms: float | None = None

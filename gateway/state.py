@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth import Authenticator
+from gateway.breaker import State
 from gateway.config import Config, Target, UpstreamConfig
+from gateway.degraded import EntryLimits
 from gateway.dispatch import Dispatcher
 from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
@@ -70,7 +72,9 @@ class Gateway:
         self.upstreams = upstreams if upstreams is not None else {
             name: build_upstream(name, up) for name, up in config.upstreams.items()
         }
-        self.dispatcher = Dispatcher(self.upstreams)
+        self.dispatcher = Dispatcher(self.upstreams, self.policies.current)
+        self.limits = EntryLimits()
+        self.metrics.watch_guards(self.dispatcher)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
         self.request_ids = RequestIds()
 
@@ -80,6 +84,13 @@ class Gateway:
 
     def _policy_reloaded(self, ok: bool) -> None:
         self.metrics.policy_reloads.labels("ok" if ok else "rejected").inc()
+        if ok:
+            self.dispatcher.update(self.policies.current)
+
+    def ready(self) -> list[str]:
+        """Upstreams that can take traffic now: enabled, and their breaker not open."""
+        return [name for name, u in self.upstreams.items()
+                if u.enabled and self.dispatcher.guards[name].breaker.state is not State.OPEN]
 
     def passthrough_upstream(self) -> Upstream | None:
         """Where /v1/* paths the gateway does not interpret go: the first enabled upstream."""

@@ -1,0 +1,208 @@
+"""Admission control per upstream: a concurrency limit, a bounded priority queue, a lane for
+long prompts, and an adaptive limit.
+
+A request takes a *slot* before it is sent upstream and gives it back when its response is
+complete (for a stream: when the stream ends). When every slot is taken it waits in a queue
+ordered by priority, then arrival; it is shed at once when the wait it can expect (Little's
+law: position / limit x mean service time) already exceeds ``max_queue_wait_ms``, and after
+``max_queue_wait_ms`` otherwise, so a shed answer comes fast instead of after a timeout.
+Requests whose body is over ``long_prompt_bytes`` may hold at most ``long_lane_share`` of the
+slots, so long prompts cannot starve short ones.
+
+The limit is static, or adaptive by AIMD as in Netflix's concurrency-limits (AIMDLimit):
++1 per sample while the limit is in use, x ``backoff`` on an error, a timeout, or latency
+over ``latency_target_ms`` (the sample is the TTFT for streams, the whole response otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.schema import bounded
+
+__all__ = ["AdmissionPolicy", "Limiter", "Shed", "Slot"]
+
+Priority = Literal["high", "normal", "low"]
+PRIORITY_RANK: dict[str, int] = {"high": 0, "normal": 1, "low": 2}
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    enabled: bool = True
+    limiter: Literal["static", "aimd"] = "static"
+    #: Per upstream: the static limit, or where the adaptive one starts (requests in flight).
+    max_concurrency: int = bounded(256, ge=1)
+    min_concurrency: int = bounded(1, ge=1)
+    max_limit: int = bounded(1024, ge=1)
+    #: AIMD: a sample slower than this (ms) counts as a drop.
+    latency_target_ms: float = bounded(10_000.0, ge=1)
+    backoff: float = bounded(0.9, ge=0.1, le=0.99)
+    #: Waiting requests per upstream beyond which new ones are shed at once.
+    max_queue: int = bounded(256, ge=0)
+    max_queue_wait_ms: float = bounded(1_000.0, ge=0)
+    #: Bodies larger than this (bytes) go to the long-prompt lane.
+    long_prompt_bytes: int = bounded(32_768, ge=1)
+    long_lane_share: float = bounded(0.25, ge=0.01, le=1.0)
+    #: Whole gateway: requests in flight beyond this are shed at once (0: no limit).
+    global_max_concurrency: int = bounded(0, ge=0)
+    #: Per gateway key: requests in flight beyond this get 429 (0: no limit).
+    per_key_max_concurrency: int = bounded(0, ge=0)
+    #: Priority by gateway key id; otherwise the x-gateway-priority header, else "normal".
+    key_priority: dict[str, Priority] = field(default_factory=dict)
+
+
+class Shed(Exception):
+    """A request could not be admitted; ``reason`` names why (for logs, headers, metrics)."""
+
+    def __init__(self, reason: str, retry_after_s: float = 1.0):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class Slot:
+    """One admitted request's hold on its upstream; ``release`` exactly once."""
+
+    __slots__ = ("_limiter", "_long", "_started", "released", "waited_ms")
+
+    def __init__(self, limiter: Limiter, long: bool, waited_ms: float):
+        self._limiter = limiter
+        self._long = long
+        self._started = time.perf_counter()
+        self.released = False
+        self.waited_ms = waited_ms
+
+    def sample(self, ok: bool, latency_ms: float | None = None) -> None:
+        """Feed the outcome to the adaptive limit (latency defaults to time since admission)."""
+        if latency_ms is None:
+            latency_ms = (time.perf_counter() - self._started) * 1000
+        self._limiter.on_sample(ok, latency_ms)
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._limiter.on_release(self._long, (time.perf_counter() - self._started) * 1000)
+
+
+class Limiter:
+    """Slots, queue and limit of one upstream. All calls happen on the event-loop thread."""
+
+    def __init__(self, policy: AdmissionPolicy):
+        self.policy = policy
+        self.limit = float(policy.max_concurrency)
+        self.in_flight = 0
+        self.long_in_flight = 0
+        self.service_ms = 0.0  # EWMA of slot hold times, for the expected queue wait
+        self._queue: list[tuple[int, int, asyncio.Future[None], bool]] = []
+        self._seq = itertools.count()
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(1 for *_, fut, _ in self._queue if not fut.done())
+
+    def _long_cap(self) -> int:
+        return max(1, int(self.limit * self.policy.long_lane_share))
+
+    def _can_run(self, long: bool) -> bool:
+        if self.in_flight >= int(self.limit):
+            return False
+        return not long or self.long_in_flight < self._long_cap()
+
+    def _take(self, long: bool) -> None:
+        self.in_flight += 1
+        if long:
+            self.long_in_flight += 1
+
+    async def acquire(self, priority: str = "normal", long: bool = False) -> Slot:
+        """A slot, now or after queueing; raises Shed when waiting would take too long."""
+        rank = PRIORITY_RANK.get(priority, 1)
+        if self._queue:
+            self._wake()  # after it, a free slot means no waiter could take it
+        if self._can_run(long):
+            self._take(long)
+            return Slot(self, long, 0.0)
+        policy = self.policy
+        depth = self.queue_depth
+        expected_ms = (depth + 1) / max(self.limit, 1.0) * self.service_ms
+        full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms
+        if full and not self._evict_lower(rank):
+            raise Shed("queue_full", self._retry_after())
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._queue, (rank, next(self._seq), fut, long))
+        started = time.perf_counter()
+        timer = loop.call_later(policy.max_queue_wait_ms / 1000, self._expire, fut)
+        try:
+            await fut  # a slot handed over by _wake, or Shed from _expire/_evict_lower
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.on_release(long, 0.0, sampled=False)  # handed a slot, then cancelled
+            raise
+        finally:
+            timer.cancel()
+        return Slot(self, long, (time.perf_counter() - started) * 1000)
+
+    def _expire(self, fut: asyncio.Future[None]) -> None:
+        if not fut.done():
+            fut.set_exception(Shed("queue_timeout", self._retry_after()))
+
+    def _evict_lower(self, rank: int) -> bool:
+        """Make room by shedding the newest waiter of a lower priority than ``rank``."""
+        victims = [e for e in self._queue if e[0] > rank and not e[2].done()]
+        if not victims:
+            return False
+        victim = max(victims, key=lambda e: (e[0], e[1]))
+        victim[2].set_exception(Shed("priority_evicted", self._retry_after()))
+        return True
+
+    def _retry_after(self) -> float:
+        return max(1.0, self.service_ms / 1000)
+
+    def on_release(self, long: bool, held_ms: float, sampled: bool = True) -> None:
+        self.in_flight -= 1
+        if long:
+            self.long_in_flight -= 1
+        if sampled:
+            self.service_ms = held_ms if not self.service_ms else 0.9 * self.service_ms + \
+                0.1 * held_ms
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._queue and self.in_flight < int(self.limit):
+            entry = self._next_runnable()
+            if entry is None:
+                return
+            if entry is self._queue[0]:
+                heapq.heappop(self._queue)
+            else:
+                self._queue.remove(entry)
+                heapq.heapify(self._queue)
+            self._take(entry[3])
+            entry[2].set_result(None)
+
+    def _next_runnable(self) -> tuple[int, int, asyncio.Future[None], bool] | None:
+        queue = self._queue
+        while queue and queue[0][2].done():  # shed or cancelled waiters
+            heapq.heappop(queue)
+        if not queue:
+            return None
+        head = queue[0]
+        if not head[3] or self.long_in_flight < self._long_cap():
+            return head
+        # The long lane is full: the first short waiter, in priority order, goes instead.
+        return next((e for e in sorted(queue) if not e[3] and not e[2].done()), None)
+
+    def on_sample(self, ok: bool, latency_ms: float) -> None:
+        policy = self.policy
+        if policy.limiter != "aimd":
+            return
+        if not ok or latency_ms > policy.latency_target_ms:
+            self.limit = max(float(policy.min_concurrency), self.limit * policy.backoff)
+        elif self.in_flight * 2 >= self.limit:
+            self.limit = min(float(policy.max_limit), self.limit + 1)
+            self._wake()
