@@ -1,0 +1,129 @@
+"""The per-upstream limiter: slots, the bounded priority queue, deadlines, the long-prompt
+lane and the adaptive limit. Waiting is awaited on events, never slept through."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.admission import AdmissionPolicy, Limiter, Shed
+
+
+def limiter(**kw) -> Limiter:
+    return Limiter(AdmissionPolicy(**{"max_concurrency": 2, "max_queue": 4,
+                                      "max_queue_wait_ms": 5_000, **kw}))
+
+
+async def test_slots_up_to_the_limit_then_fifo_queue():
+    lim = limiter()
+    a, b = await lim.acquire(), await lim.acquire()
+    assert lim.in_flight == 2
+    c = asyncio.create_task(lim.acquire())
+    d = asyncio.create_task(lim.acquire())
+    await asyncio.sleep(0)
+    assert lim.queue_depth == 2 and not c.done()
+    a.release()
+    slot_c = await c
+    assert not d.done() and lim.in_flight == 2
+    b.release()
+    slot_d = await d
+    assert slot_c.waited_ms >= 0 and slot_d.waited_ms >= 0
+    slot_c.release(), slot_d.release()
+    assert lim.in_flight == 0 and lim.queue_depth == 0
+
+
+async def test_full_queue_sheds_at_once():
+    lim = limiter(max_queue=1)
+    await lim.acquire(), await lim.acquire()
+    waiter = asyncio.create_task(lim.acquire())
+    await asyncio.sleep(0)
+    with pytest.raises(Shed) as exc:
+        await lim.acquire()
+    assert exc.value.reason == "queue_full"
+    waiter.cancel()
+
+
+async def test_queue_deadline_sheds_with_queue_timeout():
+    lim = limiter(max_queue_wait_ms=20)
+    await lim.acquire(), await lim.acquire()
+    with pytest.raises(Shed) as exc:
+        await lim.acquire()
+    assert exc.value.reason == "queue_timeout"
+    assert lim.queue_depth == 0
+
+
+async def test_expected_wait_over_the_deadline_sheds_without_waiting():
+    lim = limiter(max_queue_wait_ms=100)
+    lim.service_ms = 1_000.0  # each slot is held ~1 s: no queued request could make it
+    await lim.acquire(), await lim.acquire()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(Shed) as exc:
+        await lim.acquire()
+    assert exc.value.reason == "queue_full"
+    assert loop.time() - started < 0.05
+
+
+async def test_priorities_order_the_queue_and_evict_low_first():
+    lim = limiter(max_queue=2)
+    first, _ = await lim.acquire(), await lim.acquire()
+    low = asyncio.create_task(lim.acquire("low"))
+    normal = asyncio.create_task(lim.acquire("normal"))
+    await asyncio.sleep(0)
+    high = asyncio.create_task(lim.acquire("high"))  # queue full: evicts the low waiter
+    await asyncio.sleep(0)
+    with pytest.raises(Shed) as exc:
+        await low
+    assert exc.value.reason == "priority_evicted"
+    first.release()
+    await high  # high goes before normal, though it came later
+    assert not normal.done()
+    normal.cancel()
+
+
+async def test_cancelled_waiter_leaves_no_trace():
+    lim = limiter()
+    a, _ = await lim.acquire(), await lim.acquire()
+    waiter = asyncio.create_task(lim.acquire())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    a.release()
+    assert lim.in_flight == 1 and lim.queue_depth == 0
+
+
+async def test_long_prompts_hold_at_most_their_share_of_slots():
+    lim = limiter(max_concurrency=4, long_lane_share=0.25, max_queue=8)
+    long_one = await lim.acquire(long=True)
+    long_two = asyncio.create_task(lim.acquire(long=True))
+    await asyncio.sleep(0)
+    assert not long_two.done()  # lane (1 slot) is full, though 3 slots are free
+    shorts = [await lim.acquire() for _ in range(3)]  # short requests are not held up
+    assert lim.in_flight == 4
+    long_one.release()
+    await long_two
+    for s in shorts:
+        s.release()
+
+
+async def test_aimd_grows_when_used_and_backs_off_on_errors_and_slowness():
+    lim = limiter(limiter="aimd", max_concurrency=10, latency_target_ms=100)
+    slots = [await lim.acquire() for _ in range(6)]
+    slots[0].sample(True, 10)
+    assert lim.limit == 11
+    slots[1].sample(False, 10)
+    assert lim.limit == pytest.approx(9.9)
+    slots[2].sample(True, 500)  # too slow counts as a drop
+    assert lim.limit == pytest.approx(8.91)
+    for s in slots:
+        s.release()
+
+
+async def test_static_limit_ignores_samples():
+    lim = limiter()
+    slot = await lim.acquire()
+    slot.sample(False, 1e6)
+    assert lim.limit == 2
+    slot.release()
