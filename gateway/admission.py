@@ -4,8 +4,9 @@ long prompts, and an adaptive limit.
 A request takes a *slot* before it is sent upstream and gives it back when its response is
 complete (for a stream: when the stream ends). When every slot is taken it waits in a queue
 ordered by priority, then arrival; it is shed at once when the wait it can expect (Little's
-law: position / limit x mean service time) already exceeds ``max_queue_wait_ms``, and after
-``max_queue_wait_ms`` otherwise, so a shed answer comes fast instead of after a timeout.
+law: position / limit x mean service time) exceeds half of ``max_queue_wait_ms`` (room for
+variance), and after ``max_queue_wait_ms`` otherwise, so a shed answer comes fast instead of
+after a timeout.
 Requests whose body is over ``long_prompt_bytes`` may hold at most ``long_lane_share`` of the
 slots, so long prompts cannot starve short ones.
 
@@ -129,7 +130,9 @@ class Limiter:
         policy = self.policy
         depth = self.queue_depth
         expected_ms = (depth + 1) / max(self.limit, 1.0) * self.service_ms
-        full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms
+        # Queue only when the expected wait leaves room for variance within the deadline:
+        # a request that would time out in the queue is better shed now, in microseconds.
+        full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms / 2
         if full and not self._evict_lower(rank):
             raise Shed("queue_full", self._retry_after())
         loop = asyncio.get_running_loop()

@@ -62,7 +62,11 @@ class FakeUpstream:
     """The ASGI app. ``record_requests=False`` keeps benchmarks allocation-light."""
 
     record_requests: bool = True
+    #: Requests served at once; more wait for a slot (like a saturated model server).
+    #: 0: unlimited.
+    capacity: int = 0
     records: list[Record] = field(default_factory=list)
+    _slots: asyncio.Semaphore | None = None
     _fail_counts: Counter[str] = field(default_factory=Counter)
     _cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -114,7 +118,15 @@ class FakeUpstream:
         disconnected = asyncio.Event()
         watcher = asyncio.create_task(self._watch(receive, rec, disconnected))
         try:
-            await self._dispatch(scope["path"], headers, data, body, rec, disconnected, send)
+            if self.capacity:
+                if self._slots is None:
+                    self._slots = asyncio.Semaphore(self.capacity)
+                async with self._slots:
+                    if not disconnected.is_set():
+                        await self._dispatch(scope["path"], headers, data, body, rec,
+                                             disconnected, send)
+            else:
+                await self._dispatch(scope["path"], headers, data, body, rec, disconnected, send)
         finally:
             if not watcher.done():
                 watcher.cancel()
