@@ -53,6 +53,8 @@ class AdmissionPolicy:
     global_max_concurrency: int = bounded(0, ge=0)
     #: Per gateway key: requests in flight beyond this get 429 (0: no limit).
     per_key_max_concurrency: int = bounded(0, ge=0)
+    #: Per public model name: its own limit, on top of its upstreams' (queued the same way).
+    model_max_concurrency: dict[str, int] = field(default_factory=dict)
     #: Priority by gateway key id; otherwise the x-gateway-priority header, else "normal".
     key_priority: dict[str, Priority] = field(default_factory=dict)
 

@@ -17,16 +17,16 @@ stages land.)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gateway.admission import AdmissionPolicy, Shed
-from gateway.config import Target
 from gateway.errors import Overloaded, TenantLimited
 from gateway.policy import DegradedPolicy
 from gateway.requestlog import RequestRecord
 
 __all__ = ["EntryLimits", "serve_or_degrade"]
 
-Serve = Callable[[tuple[Target, ...]], Awaitable[None]]
+Serve = Callable[[Any], Awaitable[None]]
 
 
 class EntryLimits:
@@ -63,17 +63,17 @@ class EntryLimits:
 
 async def serve_or_degrade(
     serve: Serve,
-    targets: tuple[Target, ...],
-    reroute: tuple[Target, ...] | None,
+    model: Any,
+    reroute: Any | None,
     policy: DegradedPolicy,
     rec: RequestRecord,
     extra: list[tuple[bytes, bytes]],
 ) -> None:
-    """Serve from ``targets``; when shed, run the degraded actions. ``reroute`` holds the
-    reroute model's targets (None when there is none, or it is the model asked for).
+    """``serve(model)``; when shed, run the degraded actions. ``reroute`` is the reroute
+    model (None when there is none, or it is the model asked for).
     Raises Overloaded when every action is exhausted."""
     try:
-        await serve(targets)
+        await serve(model)
         return
     except Shed as exc:
         shed = exc

@@ -23,6 +23,7 @@ is empty the request ends with what it has.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import random
 import time
@@ -30,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.admission import Limiter, Shed, Slot
+from gateway.admission import AdmissionPolicy, Limiter, Shed, Slot
 from gateway.breaker import Breaker
 from gateway.config import Target
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
@@ -124,6 +125,7 @@ class Dispatcher:
         self.upstreams = upstreams
         self.guards = {name: Guard(policy) for name in upstreams}
         self.budget = RetryBudget(policy.retry_budget)
+        self.model_limiters: dict[str, Limiter] = {}
         self._rand = rand
         self._sleep = sleep
 
@@ -132,6 +134,22 @@ class Dispatcher:
         for guard in self.guards.values():
             guard.update(policy)
         self.budget.policy = policy.retry_budget
+        for name, limiter in self.model_limiters.items():
+            limit = policy.admission.model_max_concurrency.get(name)
+            if limit:
+                limiter.policy = dataclasses.replace(policy.admission, max_concurrency=limit)
+                limiter.limit = float(limit)
+
+    def model_limiter(self, model: str, policy: AdmissionPolicy) -> Limiter | None:
+        """The limiter of a public model with its own ``model_max_concurrency``, if any."""
+        limit = policy.model_max_concurrency.get(model) if policy.enabled else None
+        if not limit:
+            return None
+        limiter = self.model_limiters.get(model)
+        if limiter is None:
+            limiter = Limiter(dataclasses.replace(policy, max_concurrency=limit))
+            self.model_limiters[model] = limiter
+        return limiter
 
     async def unary(
         self,

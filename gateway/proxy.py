@@ -32,7 +32,7 @@ from gateway.http import (
 )
 from gateway.requestlog import RequestRecord
 from gateway.sse import StreamObserver, error_event
-from gateway.state import Gateway
+from gateway.state import Gateway, ModelRoute
 from gateway.types import Receive, Scope, Send
 from gateway.upstreams.base import Reply, UpstreamRequest
 from gateway.validate import Kind, parse_body
@@ -88,16 +88,22 @@ class ModelEndpoint:
             entered = True
             ticket = _ticket(policy.admission, rec.key_id, headers, len(body))
 
-            async def serve(targets: tuple[Target, ...]) -> None:
-                if rec.stream:
-                    await self._stream(data, body, targets, headers, rec, extra, send, state,
-                                       ticket)
-                else:
-                    await self._unary(data, body, targets, headers, rec, extra, send, ticket)
+            async def serve(model: ModelRoute) -> None:
+                limiter = gw.dispatcher.model_limiter(model.name, policy.admission)
+                slot = await limiter.acquire(ticket.priority, ticket.long) if limiter else None
+                try:
+                    if rec.stream:
+                        await self._stream(data, body, model.targets, headers, rec, extra, send,
+                                           state, ticket)
+                    else:
+                        await self._unary(data, body, model.targets, headers, rec, extra, send,
+                                          ticket)
+                finally:
+                    if slot is not None:
+                        slot.release()
 
             reroute = gw.models.routes.get(policy.degraded.reroute_model or "")
-            work = serve_or_degrade(serve, route.targets,
-                                    reroute.targets if reroute and reroute is not route else None,
+            work = serve_or_degrade(serve, route, reroute if reroute is not route else None,
                                     policy.degraded, rec, extra)
             await run_until_disconnect(receive, work)
         except ClientDisconnected:

@@ -160,3 +160,20 @@ def test_priority_comes_from_the_key_then_the_header():
     assert _ticket(policy, "other", header, 10).priority == "low"
     assert _ticket(policy, None, [(b"x-gateway-priority", b"urgent")], 10).priority == "normal"
     assert _ticket(policy, None, [], 101).long is True
+
+
+async def test_a_model_with_its_own_limit_is_shed_while_others_are_served(make_gateway, fake):
+    gw = make_gateway(extra=SMALL, policy="""
+[admission]
+max_queue = 0
+model_max_concurrency = { "fake-model" = 1 }
+""")
+    task, client = await _occupy(gw, fake)
+    async with httpx.AsyncClient() as c:
+        over = await c.post(gw.v1 + "/chat/completions",
+                            json={"model": "fake-model", "messages": MESSAGES})
+        other = await c.post(gw.v1 + "/chat/completions",
+                             json={"model": "small", "messages": MESSAGES})
+    await _release(task, client)
+    assert over.status_code == 503 and over.headers["x-gateway-degraded"] == "queue_full"
+    assert other.status_code == 200
