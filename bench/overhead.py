@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,58 +29,12 @@ from typing import Any
 import aiohttp
 import orjson
 import uvloop
+from processes import free_port, start_fake, start_gateway, wait_ready
 
-ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "bench-model", "messages": [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Summarise the plot of Hamlet in two sentences."}],
     "max_tokens": 64}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_fake(port: int) -> subprocess.Popen[bytes]:
-    code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
-            f"uvicorn.run(FakeUpstream(record_requests=False), host='127.0.0.1', port={port}, "
-            "loop='uvloop', http='httptools', access_log=False, log_level='warning', "
-            "server_header=False)")
-    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
-
-
-def start_gateway(port: int, fake_port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    (workdir / "policy.toml").write_text('version = "bench"\n')
-    (workdir / "gateway.toml").write_text(f"""
-[server]
-port = {port}
-policy = "policy.toml"
-[upstreams.fake]
-type = "openai"
-base_url = "http://127.0.0.1:{fake_port}/v1"
-[models."bench-model"]
-targets = [{{ upstream = "fake", model = "fake-model" }}]
-""")
-    return subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],
-        cwd=ROOT, stdout=subprocess.DEVNULL)
-
-
-async def wait_ready(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as s:
-        while True:
-            try:
-                async with s.get(url) as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up")
-            await asyncio.sleep(0.05)
 
 
 async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concurrency: int,
@@ -208,7 +160,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             procs.append(start_fake(fake_port))
-            procs.append(start_gateway(gw_port, fake_port, Path(tmp)))
+            procs.append(start_gateway(gw_port, fake_port, Path(tmp), 'version = "bench"\n'))
             fake_url = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
             gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
 

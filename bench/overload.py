@@ -23,8 +23,6 @@ import argparse
 import asyncio
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,8 +33,8 @@ from typing import Any
 import aiohttp
 import orjson
 import uvloop
+from processes import free_port, start_fake, start_gateway, wait_ready
 
-ROOT = Path(__file__).resolve().parents[1]
 BODY = orjson.dumps({"model": "bench-model", "max_tokens": 16,
                      "messages": [{"role": "user", "content": "Name three rivers."}]})
 
@@ -48,23 +46,8 @@ class Result:
     status: int  # HTTP status, 0 for a client timeout, -1 for a connection error
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_fake(port: int, capacity: int) -> subprocess.Popen[bytes]:
-    code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
-            f"uvicorn.run(FakeUpstream(record_requests=False, capacity={capacity}), "
-            f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
-            "access_log=False, log_level='error', backlog=4096)")
-    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
-
-
-def start_gateway(port: int, fake_port: int, workdir: Path, admission: bool,
-                  capacity: int, queue_wait_ms: float) -> subprocess.Popen[bytes]:
-    (workdir / "policy.toml").write_text(f"""
+def _policy(admission: bool, capacity: int, queue_wait_ms: float) -> str:
+    return f"""
 version = "overload-{'on' if admission else 'off'}"
 [retry]
 max_attempts = 1
@@ -75,36 +58,7 @@ max_queue = {capacity * 4}
 max_queue_wait_ms = {queue_wait_ms}
 [breaker]
 enabled = false
-""")
-    (workdir / "gateway.toml").write_text(f"""
-[server]
-port = {port}
-policy = "policy.toml"
-[upstreams.fake]
-type = "openai"
-base_url = "http://127.0.0.1:{fake_port}/v1"
-read_timeout_ms = 600000
-max_connections = 4096
-[models."bench-model"]
-targets = [{{ upstream = "fake", model = "fake-model" }}]
-""")
-    return subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],
-        cwd=ROOT, stdout=subprocess.DEVNULL)
-
-
-async def wait_ready(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.get(url) as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not come up")
+"""
 
 
 async def offer(url: str, phases: list[tuple[float, float]], latency_ms: float,
@@ -207,8 +161,9 @@ async def one_run(args: argparse.Namespace, admission: bool, workdir: Path,
                   unloaded_p99_ms: float | None) -> dict[str, Any]:
     fake_port, gw_port = free_port(), free_port()
     procs = [start_fake(fake_port, args.capacity)]
-    procs.append(start_gateway(gw_port, fake_port, workdir, admission, args.capacity,
-                               args.queue_wait_ms))
+    procs.append(start_gateway(gw_port, fake_port, workdir,
+                               _policy(admission, args.capacity, args.queue_wait_ms),
+                               "read_timeout_ms = 600000\nmax_connections = 4096"))
     try:
         await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
         await wait_ready(f"http://127.0.0.1:{fake_port}/v1/models")

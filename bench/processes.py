@@ -1,0 +1,65 @@
+"""Processes the benchmarks start: the fake upstream and a gateway in front of it.
+
+Each runs in its own interpreter (as in production), on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from gateway.testing.server import free_port
+
+__all__ = ["free_port", "start_fake", "start_gateway", "wait_ready"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_fake(port: int, capacity: int = 0) -> subprocess.Popen[bytes]:
+    """The fake OpenAI upstream (no request recording); ``capacity`` > 0 bounds its slots."""
+    code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
+            f"uvicorn.run(FakeUpstream(record_requests=False, capacity={capacity}), "
+            f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
+            "access_log=False, log_level='error', server_header=False, backlog=4096)")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+
+
+def start_gateway(port: int, fake_port: int, workdir: Path, policy: str = "",
+                  upstream_extra: str = "") -> subprocess.Popen[bytes]:
+    """``gateway serve`` with model ``bench-model`` on the fake upstream (request log on, to
+    /dev/null) and the given policy text."""
+    (workdir / "policy.toml").write_text(policy)
+    (workdir / "gateway.toml").write_text(f"""
+[server]
+port = {port}
+policy = "policy.toml"
+[upstreams.fake]
+type = "openai"
+base_url = "http://127.0.0.1:{fake_port}/v1"
+{upstream_extra}
+[models."bench-model"]
+targets = [{{ upstream = "fake", model = "fake-model" }}]
+""")
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],
+        cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+async def wait_ready(url: str, timeout: float = 30.0) -> None:
+    """Poll ``url`` until it answers 200; RuntimeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline:
+            try:
+                async with s.get(url) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
