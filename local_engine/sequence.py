@@ -1,0 +1,69 @@
+"""Per-request state inside the engine: token ids, status, KV block table, sampling settings."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SamplingParams", "SeqStatus", "Sequence"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """``temperature`` 0 means greedy. ``stop`` strings end generation and are not returned."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request. ``num_computed`` counts tokens whose KV is in the cache (prefix-cache hits
+    included). Every step computes some of the tokens ``[num_computed, num_tokens)``; the step
+    that reaches ``num_tokens`` samples the next token. A decode step is the case of one
+    token left; a prompt (or, after preemption, prompt plus output) is prefilled in chunks."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    seq_id: int = field(default_factory=itertools.count().__next__)
+    output_ids: list[int] = field(default_factory=list)
+    status: SeqStatus = SeqStatus.WAITING
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)  # of the full blocks so far
+    num_computed: int = 0
+    num_cached: int = 0  # prompt tokens served from the prefix cache
+    arrived: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    finish_reason: str | None = None
+    text: str = ""  # decoded output so far (stop strings are matched on it)
+    emitted: int = 0  # characters of ``text`` already handed to the caller
+    generator: Any = None  # torch.Generator when params.seed is set
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.num_tokens - self.num_computed > 1
+
+    @property
+    def finished(self) -> bool:
+        return self.status is SeqStatus.FINISHED

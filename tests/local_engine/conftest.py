@@ -1,0 +1,43 @@
+"""A tiny randomly initialised Llama, built in the test run (no download), and engines on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from transformers import LlamaConfig as HFLlamaConfig
+from transformers import LlamaForCausalLM
+
+from local_engine.engine import Engine, EngineConfig
+from local_engine.loader import from_hf_module
+
+VOCAB = 96
+
+
+def decode(ids: list[int]) -> str:
+    """Token i is one character, so stop strings and text are easy to reason about."""
+    return "".join(chr(32 + i % 95) for i in ids)
+
+
+@pytest.fixture(scope="session")
+def hf_model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    cfg = HFLlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        max_position_embeddings=512, rope_theta=10000.0, eos_token_id=1,
+                        bos_token_id=0, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    for p in model.parameters():  # larger weights: sharper distributions, fewer argmax ties
+        p.data.normal_(0, 0.2)
+    return model
+
+
+@pytest.fixture()
+def make_engine(hf_model: LlamaForCausalLM) -> Callable[..., Engine]:
+    def make(**kwargs: object) -> Engine:
+        model = from_hf_module(hf_model)
+        config = EngineConfig(**{"kv_cache_mb": 1, "block_size": 4, **kwargs})  # type: ignore[arg-type]
+        return Engine(model, decode, config, eos_token_ids=(1,))
+
+    return make
