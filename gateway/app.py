@@ -63,6 +63,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gw.start()
         tasks = [asyncio.create_task(_flush_logs(gw))]
         if watch:
             ready = asyncio.Event()

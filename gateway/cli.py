@@ -2,6 +2,8 @@
 
     gateway serve [--config FILE] [--host H] [--port P]
     gateway check FILE
+    gateway engine [--model smollm2] [--port 8081] ...   (the local engine alone)
+    gateway replay FILE [--base-url URL] [--concurrency N] ...
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import gc
 import sys
 
+from gateway import replay
 from gateway.auth import Authenticator
 from gateway.config import load_config
 from gateway.errors import ConfigError
@@ -58,6 +61,18 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_arguments(parser: argparse.ArgumentParser) -> None:
+    from local_engine.server import add_arguments
+
+    add_arguments(parser)
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from local_engine.server import serve
+
+    return serve(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check", help="validate a config file and its policy, then exit")
     check.add_argument("config")
     check.set_defaults(func=_check)
+    engine = sub.add_parser("engine", help="serve the local engine alone (OpenAI API)")
+    _engine_arguments(engine)
+    engine.set_defaults(func=_engine)
+    replay.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -19,6 +19,7 @@ from gateway.schema import bounded, load_toml, parse
 __all__ = [
     "AuthConfig",
     "Config",
+    "EngineOptions",
     "GatewayKey",
     "LoggingConfig",
     "ModelConfig",
@@ -61,10 +62,39 @@ class AuthConfig:
 
 
 @dataclass(frozen=True)
-class UpstreamConfig:
-    """One upstream. ``type = "openai"``: any OpenAI-compatible base URL."""
+class EngineOptions:
+    """``[upstreams.NAME.engine]`` of a ``type = "local"`` upstream: the co-located engine
+    the gateway starts as a child process (``python -m local_engine``)."""
 
-    type: Literal["openai"]
+    #: "smollm2" (the packaged SmolLM2-135M-Instruct), a safetensors folder or a GGUF file.
+    model: str = "smollm2"
+    #: Loopback port of the engine; 0 picks a free one.
+    port: int = bounded(0, ge=0, le=65535)
+    #: Memory for the paged KV cache (MiB).
+    kv_cache_mb: int = bounded(256, ge=1)
+    max_num_seqs: int = bounded(32, ge=1, le=1024)
+    #: Tokens computed per engine step (decodes plus prefill chunks).
+    max_batch_tokens: int = bounded(512, ge=16)
+    #: Prompt plus output (tokens).
+    max_model_len: int = bounded(2048, ge=64)
+    #: Output tokens when a request sets no max_tokens.
+    default_max_tokens: int = bounded(512, ge=1)
+    #: Also serve all-MiniLM-L6-v2 embeddings.
+    embeddings: bool = True
+    #: Requests wait this long for the engine to finish loading (ms).
+    start_timeout_ms: int = bounded(300_000, ge=1_000)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens < self.max_num_seqs:
+            raise ValueError("max_batch_tokens must be at least max_num_seqs")
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """One upstream. ``type = "openai"``: any OpenAI-compatible base URL. ``type = "local"``:
+    the co-located engine, started and stopped with the gateway (settings in ``engine``)."""
+
+    type: Literal["openai", "local"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -76,9 +106,13 @@ class UpstreamConfig:
     #: Extra headers sent with every request to this upstream.
     headers: dict[str, str] = field(default_factory=dict)
 
+    engine: EngineOptions = field(default_factory=EngineOptions)
+
     def __post_init__(self) -> None:
-        if not self.base_url:
+        if self.type == "openai" and not self.base_url:
             raise ValueError(f"type {self.type!r} needs base_url")
+        if self.type == "local" and self.base_url:
+            raise ValueError("type 'local' takes no base_url: the gateway starts the engine")
 
     @property
     def api_key(self) -> str | None:

@@ -53,6 +53,10 @@ class ModelTable:
 
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
     """The provider for ``config.type`` (the config schema lists the types that exist)."""
+    if config.type == "local":
+        from gateway.upstreams.local import LocalUpstream
+
+        return LocalUpstream(name, config)
     return OpenAIUpstream(name, config)
 
 
@@ -90,7 +94,8 @@ class Gateway:
     def ready(self) -> list[str]:
         """Upstreams that can take traffic now: enabled, and their breaker not open."""
         return [name for name, u in self.upstreams.items()
-                if u.enabled and self.dispatcher.guards[name].breaker.state is not State.OPEN]
+                if u.enabled and u.ready
+                and self.dispatcher.guards[name].breaker.state is not State.OPEN]
 
     def passthrough_upstream(self) -> Upstream | None:
         """Where /v1/* paths the gateway does not interpret go: the first enabled upstream."""
@@ -98,6 +103,11 @@ class Gateway:
             if upstream.enabled:
                 return upstream
         return None
+
+    async def start(self) -> None:
+        for upstream in self.upstreams.values():
+            if upstream.enabled:
+                await upstream.start()
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():

@@ -89,6 +89,7 @@ def _convert(gguf: Path, target: Path) -> None:
         save_model(model, str(tmp / "model.safetensors"))
         config = model.config.to_dict()
         config.pop("quantization_config", None)
+        config["architectures"] = [type(model).__name__]
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tokenizer.save_pretrained(tmp)
         try:
@@ -111,9 +112,14 @@ def _build(cfg: LlamaConfig, state: dict[str, torch.Tensor], device: torch.devic
     with torch.device("meta"):
         model = LlamaModel(cfg)
     weights = {k.removeprefix("model."): v for k, v in state.items()}
-    if cfg.tie_word_embeddings:
-        weights.pop("lm_head.weight", None)
-    model.load_state_dict(weights, strict=not cfg.tie_word_embeddings, assign=True)
+    if cfg.tie_word_embeddings:  # a tied checkpoint may hold either name
+        head = weights.pop("lm_head.weight", None)
+        weights.setdefault("embed_tokens.weight", head)  # type: ignore[arg-type]
+        weights["lm_head.weight"] = weights["embed_tokens.weight"]
+    missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint does not match a Llama: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     model.inv_freq = model.inv_freq_for(device)  # buffers are not in the state dict
@@ -137,7 +143,7 @@ def load(spec: str = DEFAULT_MODEL) -> LoadedModel:
     folder = resolve(spec)
     hf_cfg = json.loads((folder / "config.json").read_text())
     archs = set(hf_cfg.get("architectures") or [])
-    if not archs & _SUPPORTED:
+    if not archs & _SUPPORTED and hf_cfg.get("model_type") != "llama":
         raise ValueError(f"{folder}: architecture {sorted(archs)} is not supported; "
                          f"the engine runs {sorted(_SUPPORTED)}")
     cfg = LlamaConfig.from_hf(hf_cfg)

@@ -11,6 +11,7 @@ during decoding, the newest running sequence is preempted and recomputed later.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -88,6 +89,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             seq.status = SeqStatus.RUNNING
+            if seq.admitted_at is None:
+                seq.admitted_at = time.perf_counter()
             self.running.append(seq)
         # 3. prefill chunks, shortest remaining first: a short prompt is not held behind a
         # long one, and a long one advances by whatever budget is left each step

@@ -46,6 +46,7 @@ class Sequence:
     num_computed: int = 0
     num_cached: int = 0  # prompt tokens served from the prefix cache
     arrived: float = field(default_factory=time.perf_counter)
+    admitted_at: float | None = None  # first admitted to the running batch
     first_token_at: float | None = None
     finish_reason: str | None = None
     text: str = ""  # decoded output so far (stop strings are matched on it)

@@ -26,7 +26,9 @@ class ServerThread:
     """``with ServerThread(app) as srv: srv.url`` serves ``app`` until the block ends."""
 
     def __init__(self, app: ASGIApp, *, lifespan: str = "on", timeout_graceful_shutdown: int = 1):
-        self.sock = socket.socket()
+        # proto IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only then;
+        # without it, responses written in pieces wait ~40 ms for a delayed ACK (Nagle).
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])

@@ -1,7 +1,8 @@
 """The provider interface: every upstream (hosted API or the local engine) is one of these.
 
 Three calls: :meth:`Upstream.send` (whole response), :meth:`Upstream.stream` (status and
-headers now, body as it arrives) and :meth:`Upstream.aclose`. Implementations convert their
+headers now, body as it arrives) and :meth:`Upstream.aclose`; :meth:`Upstream.start` for
+upstreams that own a process. Implementations convert their
 transport's errors at the boundary into :mod:`gateway.errors` types:
 
 - :class:`~gateway.errors.UpstreamUnreachable`: no response started (connect refused or timed
@@ -71,6 +72,14 @@ class Upstream(abc.ABC):
     def enabled(self) -> bool:
         """False when the upstream cannot be used (e.g. its API key variable is unset)."""
         return True
+
+    @property
+    def ready(self) -> bool:
+        """False while the upstream cannot answer yet (e.g. the local engine is loading)."""
+        return True
+
+    async def start(self) -> None:
+        """Called once when the gateway starts (the local engine spawns its process)."""
 
     @abc.abstractmethod
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:

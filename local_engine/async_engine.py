@@ -1,0 +1,230 @@
+"""The engine's async face: every piece of torch work runs on one dedicated thread.
+
+Callers on any event loop ``await``/``async for`` results; the worker thread takes new
+requests, aborts and embedding batches between steps, so a cancelled request frees its KV
+blocks before the next step is scheduled, and embeddings of concurrent requests are computed
+as one batch (micro-batching) without waiting on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from local_engine.engine import Engine, Output
+from local_engine.metrics import EngineMetrics
+from local_engine.sequence import SamplingParams, Sequence
+
+__all__ = ["AsyncEngine", "EngineClosed"]
+
+
+class EngineClosed(RuntimeError):
+    """The engine was shut down."""
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    results: asyncio.Queue[Output | BaseException] = field(default_factory=asyncio.Queue)
+    seq: Sequence | None = None
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _EmbedJob:
+    texts: list[str]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[np.ndarray]
+
+
+class AsyncEngine:
+    """``engine`` generates; ``embed_fn(texts) -> [n, dim] float32`` embeds (either may be
+    None). ``max_embed_batch``: texts per embedding forward pass."""
+
+    def __init__(self, engine: Engine | None,
+                 embed_fn: Callable[[list[str]], np.ndarray] | None = None,
+                 metrics: EngineMetrics | None = None, max_embed_batch: int = 64):
+        self.engine = engine
+        self.embed_fn = embed_fn
+        self.metrics = metrics
+        self.max_embed_batch = max_embed_batch
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._closed = False
+        self._active: dict[int, _Request] = {}  # seq_id -> request
+        self._embeds: list[_EmbedJob] = []
+        self._thread = threading.Thread(target=self._run, name="local-engine", daemon=True)
+
+    def start(self) -> AsyncEngine:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the worker thread; open requests end with EngineClosed."""
+        self._closed = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _submit(self, kind: str, item: Any) -> None:
+        if self._closed:
+            raise EngineClosed("the engine is shut down")
+        self._inbox.put((kind, item))
+        self._wake.set()
+
+    # -- caller side (any event loop) ------------------------------------------------------
+    async def generate(self, prompt_ids: list[int],
+                       params: SamplingParams) -> AsyncIterator[Output]:
+        """Outputs as steps produce them; the last has ``finished`` set. Leaving the loop
+        early (or being cancelled) aborts the request. Raises what :meth:`Engine.add` raises
+        (ValueError, PromptTooLong) and EngineClosed."""
+        if self.engine is None:
+            raise EngineClosed("this engine serves no generation model")
+        request = _Request(prompt_ids, params, asyncio.get_running_loop())
+        self._submit("add", request)
+        try:
+            while True:
+                out = await request.results.get()
+                if isinstance(out, BaseException):
+                    raise out
+                yield out
+                if out.finished:
+                    request.done = True
+                    return
+        finally:
+            if not request.done and not self._closed:
+                self._submit("abort", request)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        """Embeddings [len(texts), dim] float32, batched with other callers' texts."""
+        if self.embed_fn is None:
+            raise EngineClosed("this engine serves no embedding model")
+        loop = asyncio.get_running_loop()
+        job = _EmbedJob(texts, loop, loop.create_future())
+        self._submit("embed", job)
+        return await job.future
+
+    # -- worker thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._closed:
+            self._drain()
+            embedded = self._embed_pending()
+            if engine is not None and engine.has_work():
+                try:
+                    outputs = engine.step()
+                except Exception as exc:  # a model failure ends the batch, not the server
+                    self._fail_all(exc)
+                    continue
+                self._deliver(outputs)
+                if self.metrics is not None:
+                    self.metrics.observe_step(engine)
+            elif not embedded:
+                self._wake.wait()
+                self._wake.clear()
+        self._fail_all(EngineClosed("the engine is shut down"))
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                kind, item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "add":
+                self._add(item)
+            elif kind == "abort":
+                if item.seq is not None and not item.seq.finished:
+                    assert self.engine is not None
+                    self.engine.abort(item.seq)
+                    self._active.pop(item.seq.seq_id, None)
+                    if self.metrics is not None:
+                        self.metrics.aborted.inc()
+            else:
+                self._embeds.append(item)
+
+    def _add(self, request: _Request) -> None:
+        assert self.engine is not None
+        try:
+            request.seq = self.engine.add(request.prompt_ids, request.params)
+        except ValueError as exc:
+            request.loop.call_soon_threadsafe(request.results.put_nowait, exc)
+            return
+        self._active[request.seq.seq_id] = request
+
+    def _deliver(self, outputs: list[Output]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Output]]] = {}
+        for out in outputs:
+            request = self._active.get(out.seq.seq_id)
+            if request is None:
+                continue
+            if out.finished:
+                del self._active[out.seq.seq_id]
+                if self.metrics is not None:
+                    self.metrics.observe_finished(out.seq, time.perf_counter())
+            by_loop.setdefault(request.loop, []).append((request, out))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the caller's loop is closed: nobody is listening
+                for request, _ in items:
+                    if request.seq is not None and self.engine is not None:
+                        self.engine.abort(request.seq)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for request in list(self._active.values()):
+            if request.seq is not None and self.engine is not None:
+                self.engine.abort(request.seq)
+            try:
+                request.loop.call_soon_threadsafe(request.results.put_nowait, exc)
+            except RuntimeError:
+                pass
+        self._active.clear()
+
+    def _embed_pending(self) -> bool:
+        if not self._embeds:
+            return False
+        jobs, self._embeds = self._embeds, []
+        texts = [t for job in jobs for t in job.texts]
+        try:
+            assert self.embed_fn is not None
+            parts = [self.embed_fn(texts[i:i + self.max_embed_batch])
+                     for i in range(0, len(texts), self.max_embed_batch)]
+            vectors: np.ndarray | None = np.concatenate(parts)
+            error: BaseException | None = None
+        except Exception as exc:
+            vectors, error = None, exc
+        if self.metrics is not None:
+            self.metrics.embed_batch.observe(len(texts))
+        offset = 0
+        for job in jobs:
+            n = len(job.texts)
+            result = error if vectors is None else vectors[offset:offset + n]
+            offset += n
+            try:
+                job.loop.call_soon_threadsafe(_settle, job.future, result)
+            except RuntimeError:
+                pass
+        return True
+
+
+def _put_all(items: list[tuple[_Request, Output]]) -> None:
+    for request, out in items:
+        request.results.put_nowait(out)
+
+
+def _settle(future: asyncio.Future[np.ndarray], result: Any) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

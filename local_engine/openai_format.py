@@ -1,0 +1,184 @@
+"""OpenAI wire format <-> engine calls: request validation and response/chunk building.
+
+Pure functions, no I/O. Shapes follow the OpenAI API reference for chat completions
+(https://platform.openai.com/docs/api-reference/chat) and embeddings. Bad input raises
+:class:`gateway.errors.InvalidRequest` naming the offending ``param``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gateway.errors import InvalidRequest
+from local_engine.sequence import SamplingParams
+
+__all__ = [
+    "ChatRequest",
+    "chat_chunk",
+    "chat_completion",
+    "embeddings_response",
+    "parse_chat",
+    "parse_embeddings",
+    "usage",
+]
+
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, str]]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise InvalidRequest(f"'{key}' must be a number between {lo} and {hi}", param=key)
+    return float(value)
+
+
+def _content(message: dict[str, Any], i: int) -> str:
+    content = message.get("content")
+    if content is None and message.get("role") == "assistant":
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: only text ones can be served here
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise InvalidRequest("only text content parts are supported by the local "
+                                     "engine", param=f"messages[{i}].content")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise InvalidRequest("'content' must be a string or a list of text parts",
+                         param=f"messages[{i}].content")
+
+
+def parse_chat(body: Any, default_max_tokens: int) -> ChatRequest:
+    """Validate a chat completions request body (parsed JSON). ``max_tokens`` (or
+    ``max_completion_tokens``) defaults to ``default_max_tokens``."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
+    chat: list[dict[str, str]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+            raise InvalidRequest(f"each message needs a 'role', one of {sorted(_ROLES)}",
+                                 param=f"messages[{i}].role")
+        role = "system" if m["role"] == "developer" else m["role"]
+        chat.append({"role": role, "content": _content(m, i)})
+    n = body.get("n")
+    if n not in (None, 1):
+        raise InvalidRequest("the local engine supports only n = 1", param="n")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is None:
+        max_tokens = default_max_tokens
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidRequest("'max_tokens' must be a positive integer", param="max_tokens")
+    stop = body.get("stop")
+    if stop is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        stops = (stop,) if stop else ()
+    elif isinstance(stop, list) and len(stop) <= 4 and all(isinstance(s, str) and s
+                                                           for s in stop):
+        stops = tuple(stop)
+    else:
+        raise InvalidRequest("'stop' must be a string or up to 4 non-empty strings",
+                             param="stop")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InvalidRequest("'seed' must be an integer", param="seed")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("'model' must be a non-empty string", param="model")
+    params = SamplingParams(
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0) or 1e-6,
+        max_tokens=max_tokens, stop=stops, seed=seed,
+    )
+    return ChatRequest(model, chat, params, stream, bool(options.get("include_usage")))
+
+
+def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def chat_completion(id_: str, model: str, created: int, text: str, finish_reason: str,
+                    usage_: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": id_, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "logprobs": None, "finish_reason": finish_reason}],
+        "usage": usage_,
+    }
+
+
+def chat_chunk(id_: str, model: str, created: int, delta: dict[str, Any] | None,
+               finish_reason: str | None = None,
+               usage_: dict[str, Any] | None = None) -> bytes:
+    """One SSE event. ``delta=None`` makes the final usage-only chunk (empty choices)."""
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish_reason}]
+    obj: dict[str, Any] = {"id": id_, "object": "chat.completion.chunk", "created": created,
+                           "model": model, "choices": choices}
+    if usage_ is not None:
+        obj["usage"] = usage_
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def parse_embeddings(body: Any) -> tuple[str, list[str], str]:
+    """(model, texts, encoding_format) of an embeddings request; token-array inputs are
+    not supported (the tokenizer is the model's own)."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("'model' must be a non-empty string", param="model")
+    value = body.get("input")
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise InvalidRequest("'input' must be a string or a non-empty array of strings",
+                             param="input")
+    if len(texts) > 2048:
+        raise InvalidRequest("'input' may hold at most 2048 strings", param="input")
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise InvalidRequest("'encoding_format' must be 'float' or 'base64'",
+                             param="encoding_format")
+    return model, texts, fmt
+
+
+def embeddings_response(model: str, vectors: np.ndarray, fmt: str,
+                        tokens: int) -> dict[str, Any]:
+    """``base64``: the little-endian float32 bytes, as the openai SDK decodes them."""
+    data = []
+    for i, row in enumerate(vectors):
+        value: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
+                      if fmt == "base64" else row.tolist())
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

@@ -1,0 +1,246 @@
+"""The engine's OpenAI-compatible HTTP server.
+
+    python -m local_engine [--model smollm2] [--port 8081]     (or: gateway engine ...)
+
+Endpoints: POST /v1/chat/completions (stream and non-stream; ``usage`` reports prompt tokens
+served from the prefix cache as ``prompt_tokens_details.cached_tokens``), POST
+/v1/embeddings, GET /v1/models, /metrics, /healthz. A client that disconnects aborts its
+request: its KV blocks are free at the next step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, UpstreamError
+from gateway.http import ClientDisconnected, run_until_disconnect
+from local_engine.async_engine import AsyncEngine
+from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
+from local_engine.metrics import EngineMetrics
+from local_engine.openai_format import (
+    ChatRequest,
+    chat_chunk,
+    chat_completion,
+    embeddings_response,
+    parse_chat,
+    parse_embeddings,
+    usage,
+)
+
+__all__ = ["EngineServer", "build_app", "main"]
+
+
+@dataclass
+class EngineServer:
+    """What the app serves: the async engine, the chat model's name and tokenizer, and the
+    embedding model's name (None when embeddings are off)."""
+
+    engine: AsyncEngine
+    model_name: str
+    tokenizer: Any
+    embedding_model: str | None
+    embed_tokens: Any = None  # texts -> token count, for usage
+    default_max_tokens: int = 512
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)
+
+
+def _error(exc: GatewayError) -> Response:
+    return Response(exc.body(), exc.status, media_type="application/json",
+                    headers=exc.headers)
+
+
+async def _json(request: Request) -> Any:
+    body = await request.body()
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"the request body is not valid JSON: {exc}") from exc
+
+
+def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Starlette:
+    created = int(time.time())
+
+    async def chat(request: Request) -> Response:
+        try:
+            chat = parse_chat(await _json(request), server.default_max_tokens)
+            prompt = server.encode_chat(chat.messages)
+            id_ = "chatcmpl-" + uuid.uuid4().hex
+            outputs = server.engine.generate(prompt, chat.params)
+            first = await anext(outputs)  # errors (prompt too long) surface before headers
+        except PromptTooLong as exc:
+            return _error(InvalidRequest(str(exc), param="messages",
+                                         code="context_length_exceeded"))
+        except ValueError as exc:
+            return _error(InvalidRequest(str(exc), param="messages"))
+        except GatewayError as exc:
+            return _error(exc)
+        if chat.stream:
+            return StreamingResponse(_stream(chat, id_, len(prompt), first, outputs),
+                                     media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache",
+                                              "x-accel-buffering": "no"})
+        try:
+            last = await run_until_disconnect(request.receive, _collect(first, outputs))
+        except ClientDisconnected:
+            return Response(status_code=499)
+        finally:
+            await outputs.aclose()
+        seq = last.seq
+        body = chat_completion(id_, chat.model, int(time.time()), seq.text,
+                               seq.finish_reason or "stop",
+                               usage(len(prompt), len(seq.output_ids), seq.num_cached))
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    async def embeddings(request: Request) -> Response:
+        try:
+            model, texts, fmt = parse_embeddings(await _json(request))
+            if server.embedding_model is None:
+                raise InvalidRequest("this engine serves no embedding model", param="model",
+                                     code="model_not_found")
+            vectors = await server.engine.embed(texts)
+        except GatewayError as exc:
+            return _error(exc)
+        tokens = server.embed_tokens(texts) if server.embed_tokens else 0
+        return Response(orjson.dumps(embeddings_response(model, vectors, fmt, tokens)),
+                        media_type="application/json")
+
+    async def models(request: Request) -> Response:
+        names = [server.model_name] + ([server.embedding_model] if server.embedding_model
+                                       else [])
+        data = [{"id": n, "object": "model", "created": created, "owned_by": "local_engine"}
+                for n in names]
+        return Response(orjson.dumps({"object": "list", "data": data}),
+                        media_type="application/json")
+
+    async def metrics_endpoint(request: Request) -> Response:
+        body = generate_latest(metrics.registry) if metrics is not None else b""
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        server.engine.close()
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ], lifespan=lifespan)
+
+
+async def _collect(first: Output, outputs: AsyncIterator[Output]) -> Output:
+    last = first
+    while not last.finished:
+        last = await anext(outputs)
+    return last
+
+
+async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
+                  outputs: AsyncIterator[Output]) -> AsyncIterator[bytes]:
+    """SSE chunks: role, content deltas, the finish chunk, usage (when asked), [DONE].
+    Starlette cancels this generator when the client disconnects; closing ``outputs``
+    then aborts the request."""
+    created = int(time.time())
+    model = chat.model
+    try:
+        yield chat_chunk(id_, model, created, {"role": "assistant", "content": ""})
+        out = first
+        while True:
+            if out.text:
+                yield chat_chunk(id_, model, created, {"content": out.text})
+            if out.finished:
+                break
+            try:
+                out = await anext(outputs)
+            except Exception as exc:  # the engine failed mid-stream: say so, then end
+                err = UpstreamError(f"the local engine failed: {exc}")
+                yield b"data: " + orjson.dumps({"error": err.as_dict()}) + b"\n\n"
+                return
+        seq = out.seq
+        yield chat_chunk(id_, model, created, {}, seq.finish_reason or "stop")
+        if chat.include_usage:
+            yield chat_chunk(id_, model, created, None,
+                             usage_=usage(prompt_len, len(seq.output_ids), seq.num_cached))
+        yield b"data: [DONE]\n\n"
+    finally:
+        await outputs.aclose()
+
+
+def load_server(model: str, config: EngineConfig, embeddings: bool = True,
+                default_max_tokens: int = 512) -> tuple[EngineServer, EngineMetrics]:
+    """Load the chat model (and the embedder) and start the engine thread."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from local_engine.embedder import EMBEDDING_MODEL, Embedder
+    from local_engine.loader import load
+
+    hf_logging.disable_progress_bar()
+    loaded = load(model)
+    engine = Engine(loaded.model, lambda ids: loaded.tokenizer.decode(
+        ids, skip_special_tokens=True), config, loaded.eos_token_ids)
+    embedder = Embedder.load() if embeddings else None
+    metrics = EngineMetrics(engine)
+    async_engine = AsyncEngine(engine, embedder, metrics).start()
+    server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
+                          EMBEDDING_MODEL if embedder else None,
+                          embedder.count_tokens if embedder else None, default_max_tokens)
+    return server, metrics
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="smollm2",
+                        help="'smollm2' (default), a safetensors folder or a GGUF file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--kv-cache-mb", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--max-batch-tokens", type=int, default=512)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--default-max-tokens", type=int, default=512)
+    parser.add_argument("--no-embeddings", action="store_true")
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    config = EngineConfig(kv_cache_mb=args.kv_cache_mb, max_num_seqs=args.max_num_seqs,
+                          max_batch_tokens=args.max_batch_tokens,
+                          max_model_len=args.max_model_len)
+    server, metrics = load_server(args.model, config, not args.no_embeddings,
+                                  args.default_max_tokens)
+    uvicorn.run(build_app(server, metrics), host=args.host, port=args.port,
+                log_level="warning", access_log=False, server_header=False,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="local_engine", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return serve(parser.parse_args(argv))
