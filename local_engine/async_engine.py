@@ -122,7 +122,7 @@ class AsyncEngine:
             if engine is not None and engine.has_work():
                 try:
                     outputs = engine.step()
-                except Exception as exc:  # a model failure ends the batch, not the server
+                except Exception as exc:  # noqa: BLE001 - a model failure ends the batch, not the server
                     self._fail_all(exc)
                     continue
                 self._deliver(outputs)
@@ -200,7 +200,7 @@ class AsyncEngine:
                      for i in range(0, len(texts), self.max_embed_batch)]
             vectors: np.ndarray | None = np.concatenate(parts)
             error: BaseException | None = None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - delivered to the callers
             vectors, error = None, exc
         if self.metrics is not None:
             self.metrics.embed_batch.observe(len(texts))

@@ -56,9 +56,10 @@ class EngineMetrics:
                 "engine_waiting_seqs": ("Sequences waiting", lambda: len(
                     engine.scheduler.waiting)),
                 "engine_kv_blocks_used": ("KV blocks in use", lambda: engine.blocks.num_used),
-                "engine_kv_blocks_free": ("KV blocks free or cached", lambda: engine.blocks.num_free),
-                "engine_prefix_cache_hit_rate": ("Prompt tokens served from the prefix cache, "
-                                                 "share of all", lambda: engine.blocks.hit_rate),
+                "engine_kv_blocks_free": ("KV blocks free or cached",
+                                          lambda: engine.blocks.num_free),
+                "engine_prefix_cache_hit_rate": ("Share of prompt tokens from the prefix cache",
+                                                 lambda: engine.blocks.hit_rate),
                 "engine_preemptions": ("Sequences preempted so far", lambda:
                                        engine.scheduler.num_preempted),
             }

@@ -176,7 +176,7 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
                 break
             try:
                 out = await anext(outputs)
-            except Exception as exc:  # the engine failed mid-stream: say so, then end
+            except Exception as exc:  # noqa: BLE001 - the engine failed mid-stream: say so, end
                 err = UpstreamError(f"the local engine failed: {exc}")
                 yield b"data: " + orjson.dumps({"error": err.as_dict()}) + b"\n\n"
                 return
@@ -193,7 +193,6 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
 def load_server(model: str, config: EngineConfig, embeddings: bool = True,
                 default_max_tokens: int = 512) -> tuple[EngineServer, EngineMetrics]:
     """Load the chat model (and the embedder) and start the engine thread."""
-    import torch
     from transformers.utils import logging as hf_logging
 
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
