@@ -1,0 +1,198 @@
+"""Local engine throughput and TTFT vs. transformers ``generate``, and prefix-cache TTFT.
+
+    python bench/engine.py [--prompts 32] [--max-tokens 32] [--concurrency 1,8,32]
+
+Part 1: the same real chat prompts (vicuna_bench_questions.jsonl, chat template applied),
+greedy, exactly ``--max-tokens`` output tokens each (EOS ignored on both sides, so both do
+the same work), through the engine's async API at each concurrency, and through transformers
+``generate`` one request at a time. Reports aggregate output tokens/s, its ratio to the
+baseline, and TTFT p50/p99 (ms; for the engine, from submission, queueing included).
+
+Part 2: a ~1,000-token shared system prompt with different user questions, one request at a
+time: TTFT when the prefix is in the KV prefix cache (hit) vs. when the system prompt is
+made unique per request (miss), interleaved.
+
+Prints one JSON object, then a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from local_engine.async_engine import AsyncEngine  # noqa: E402
+from local_engine.engine import Engine, EngineConfig  # noqa: E402
+from local_engine.loader import load, resolve  # noqa: E402
+from local_engine.sequence import SamplingParams  # noqa: E402
+
+PROMPTS = ROOT.parent / "shared" / "data" / "prompts" / "vicuna_bench_questions.jsonl"
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return round(s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))], 1)
+
+
+def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+async def run_engine(engine: AsyncEngine, prompts: list[list[int]], concurrency: int,
+                     max_tokens: int) -> dict[str, Any]:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    sem = asyncio.Semaphore(concurrency)
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def one(ids: list[int]) -> None:
+        nonlocal tokens
+        async with sem:
+            t0 = time.perf_counter()
+            first = None
+            async for out in engine.generate(ids, params):
+                if first is None:
+                    first = time.perf_counter()
+                if out.finished:
+                    tokens += len(out.seq.output_ids)
+            assert first is not None
+            ttfts.append((first - t0) * 1e3)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(p) for p in prompts))
+    wall = time.perf_counter() - t0
+    return {"tokens": tokens, "wall_s": round(wall, 2), "tok_s": round(tokens / wall, 2),
+            "ttft_p50_ms": pct(ttfts, 50), "ttft_p99_ms": pct(ttfts, 99)}
+
+
+class _FirstToken:
+    """A transformers streamer that notes when the first generated token arrives."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first: float | None = None
+
+    def put(self, value: torch.Tensor) -> None:
+        self.calls += 1
+        if self.calls == 2:  # the first call carries the prompt
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def run_generate(hf: Any, prompts: list[list[int]], max_tokens: int,
+                 device: torch.device) -> dict[str, Any]:
+    ttfts: list[float] = []
+    tokens = 0
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for ids in prompts:
+            streamer = _FirstToken()
+            start = time.perf_counter()
+            out = hf.generate(torch.tensor([ids], device=device), max_new_tokens=max_tokens,
+                              min_new_tokens=max_tokens, do_sample=False, streamer=streamer,
+                              pad_token_id=0)
+            tokens += out.shape[1] - len(ids)
+            ttfts.append(((streamer.first or time.perf_counter()) - start) * 1e3)
+    wall = time.perf_counter() - t0
+    return {"tokens": tokens, "wall_s": round(wall, 2), "tok_s": round(tokens / wall, 2),
+            "ttft_p50_ms": pct(ttfts, 50), "ttft_p99_ms": pct(ttfts, 99)}
+
+
+async def prefix_ttft(engine: AsyncEngine, tokenizer: Any, questions: list[str],
+                      rounds: int) -> dict[str, Any]:
+    system = " ".join(questions) * 4
+    words = system.split()
+    # trim to about 1,000 tokens of system prompt
+    while len(tokenizer(system)["input_ids"]) > 1000:
+        words = words[:int(len(words) * 0.95)]
+        system = " ".join(words)
+    n_system = len(tokenizer(system)["input_ids"])
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+
+    async def ttft(sys_prompt: str, question: str) -> tuple[float, int]:
+        ids = chat_ids(tokenizer, [{"role": "system", "content": sys_prompt},
+                                   {"role": "user", "content": question}])
+        t0 = time.perf_counter()
+        async for out in engine.generate(ids, params):
+            return (time.perf_counter() - t0) * 1e3, out.seq.num_cached
+        raise RuntimeError("no output")
+
+    await ttft(system, questions[0])  # warm the shared prefix
+    hits, misses, cached = [], [], []
+    for i in range(rounds):
+        q = questions[(i + 1) % len(questions)]
+        ms, n = await ttft(f"Session {i} {time.time_ns()}. " + system, q)
+        misses.append(ms)
+        ms, n = await ttft(system, q)
+        hits.append(ms)
+        cached.append(n)
+    hit, miss = statistics.median(hits), statistics.median(misses)
+    return {"system_prompt_tokens": n_system, "rounds": rounds,
+            "hit_ttft_p50_ms": round(hit, 1), "miss_ttft_p50_ms": round(miss, 1),
+            "hit_over_miss": round(hit / miss, 3), "cached_tokens_p50": statistics.median(cached)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--prefix-rounds", type=int, default=5)
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM
+
+    loaded = load()
+    tok = loaded.tokenizer
+    device = next(loaded.model.parameters()).device
+    questions = [orjson.loads(line)["turns"][0] for line in PROMPTS.read_text().splitlines()]
+    prompts = [chat_ids(tok, [{"role": "user", "content": q}])
+               for q in questions[:args.prompts]]
+    engine = AsyncEngine(Engine(loaded.model, lambda ids: tok.decode(ids), EngineConfig(
+        max_num_seqs=32, max_batch_tokens=512, kv_cache_mb=256), loaded.eos_token_ids)).start()
+    result: dict[str, Any] = {"device": str(device), "torch_threads": torch.get_num_threads(),
+                              "prompts": len(prompts), "max_tokens": args.max_tokens,
+                              "prompt_tokens_mean": round(statistics.mean(map(len, prompts)), 1)}
+    await run_engine(engine, prompts[:2], 2, 4)  # warm-up
+    if not args.skip_baseline:
+        hf = AutoModelForCausalLM.from_pretrained(resolve(), dtype=next(
+            loaded.model.parameters()).dtype).to(device).eval()
+        run_generate(hf, prompts[:1], 4, device)  # warm-up
+        result["generate_sequential"] = run_generate(hf, prompts, args.max_tokens, device)
+        del hf
+    for c in (int(x) for x in args.concurrency.split(",")):
+        r = await run_engine(engine, prompts, c, args.max_tokens)
+        if "generate_sequential" in result:
+            r["ratio_vs_generate"] = round(r["tok_s"] / result["generate_sequential"]["tok_s"],
+                                           2)
+        result[f"engine_c{c}"] = r
+    result["prefix_cache"] = await prefix_ttft(engine, tok, questions, args.prefix_rounds)
+    engine.close()
+    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    parts = [f"engine c{c}: {result[f'engine_c{c}']['tok_s']} tok/s"
+             + (f" ({result[f'engine_c{c}']['ratio_vs_generate']}x generate)"
+                if "generate_sequential" in result else "")
+             for c in (int(x) for x in args.concurrency.split(","))]
+    pc = result["prefix_cache"]
+    base = result.get("generate_sequential", {}).get("tok_s")
+    print(f"summary: generate {base} tok/s; " + "; ".join(parts)
+          + f"; prefix hit/miss TTFT {pc['hit_ttft_p50_ms']}/{pc['miss_ttft_p50_ms']} ms "
+          f"= {pc['hit_over_miss']}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,98 @@
+"""``type = "local"``: the gateway starts the engine as a child process, routes to it, and
+stops it. The engine runs a tiny random Llama with SmolLM2's tokenizer (quick to load)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import openai
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.errors import ConfigError
+from gateway.testing.server import ServerThread
+from gateway.upstreams.local import LocalUpstream
+from local_engine.loader import resolve
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=1024, eos_token_id=2, bos_token_id=1,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    smollm2 = resolve()  # converts the packaged GGUF on first use
+    for f in smollm2.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(f, folder / f.name)
+    return folder
+
+
+def write_config(tmp_path: Path, model_dir: Path) -> Path:
+    (tmp_path / "policy.toml").write_text('version = "t"\n')
+    path = tmp_path / "gateway.toml"
+    path.write_text(f"""
+[server]
+policy = "policy.toml"
+policy_reload = false
+
+[logging]
+requests = false
+
+[upstreams.engine]
+type = "local"
+
+[upstreams.engine.engine]
+model = "{model_dir}"
+embeddings = false
+kv_cache_mb = 16
+max_model_len = 512
+default_max_tokens = 8
+
+[models.tiny]
+targets = [{{ upstream = "engine", model = "tiny" }}]
+""")
+    return path
+
+
+def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
+                                                       tiny_model_dir: Path) -> None:
+    app = create_app(load_config(write_config(tmp_path, tiny_model_dir)))
+    upstream = app.gateway.upstreams["engine"]
+    assert isinstance(upstream, LocalUpstream)
+    with ServerThread(app) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        r = client.chat.completions.create(model="tiny", messages=[
+            {"role": "user", "content": "hello"}], max_tokens=5, temperature=0)
+        assert r.usage is not None and r.usage.completion_tokens <= 5
+        assert r.choices[0].finish_reason in ("length", "stop")
+        stream = client.chat.completions.create(model="tiny", messages=[
+            {"role": "user", "content": "hello"}], max_tokens=5, temperature=0, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == r.choices[0].message.content
+        process = upstream._process
+        assert process is not None and process.returncode is None
+        assert upstream.ready
+        client.close()
+    assert process.returncode is not None  # stopped with the gateway
+
+
+def test_local_upstream_config_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text('[upstreams.e]\ntype = "local"\nbase_url = "http://x"\n')
+    with pytest.raises(ConfigError, match="takes no base_url"):
+        load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\nmax_num_seqs = 64\n'
+                    'max_batch_tokens = 32\n')
+    with pytest.raises(ConfigError, match="max_batch_tokens"):
+        load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\nmodle = "x"\n')
+    with pytest.raises(ConfigError, match="modle"):
+        load_config(path)

