@@ -31,10 +31,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from local_engine.async_engine import AsyncEngine  # noqa: E402
-from local_engine.engine import Engine, EngineConfig  # noqa: E402
-from local_engine.loader import load, resolve  # noqa: E402
-from local_engine.sequence import SamplingParams  # noqa: E402
+from local_engine.async_engine import AsyncEngine
+from local_engine.engine import Engine, EngineConfig
+from local_engine.loader import load, resolve
+from local_engine.sequence import SamplingParams
 
 PROMPTS = ROOT.parent / "shared" / "data" / "prompts" / "vicuna_bench_questions.jsonl"
 
