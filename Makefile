@@ -22,8 +22,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/gateway serve --config $(CONFIG)
 
+# The Redis tests run redis-stack-server from its wheel; it needs Debian 11's libssl1.1.
 test: $(STAMP)
+	scripts/fetch-libssl.sh
 	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py
+	$(PY) bench/overload.py
+	$(PY) bench/engine.py
 
 clean:
 	rm -rf $(VENV) .cache

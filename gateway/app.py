@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.cache.stage import Embed
 from gateway.config import Config
 from gateway.errors import GatewayError, NotFound, error_body
 from gateway.passthrough import Passthrough
@@ -55,10 +56,11 @@ def create_app(
     request_sink: Callable[[dict[str, Any]], None] | None = None,
     upstreams: dict[str, Upstream] | None = None,
     watch_policy: bool | None = None,
+    embed: Embed | None = None,
 ) -> GatewayApp:
     """Build the gateway app. ``request_sink`` also receives each request's log record
     (tests); ``watch_policy`` overrides ``server.policy_reload``."""
-    gw = Gateway(config, request_sink=request_sink, upstreams=upstreams)
+    gw = Gateway(config, request_sink=request_sink, upstreams=upstreams, embed=embed)
     watch = config.server.policy_reload if watch_policy is None else watch_policy
 
     @contextlib.asynccontextmanager
@@ -96,6 +98,34 @@ def create_app(
         return Response(gw.metrics.render(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    async def purge(request: Request) -> Response:
+        """POST /admin/cache/purge {"namespace": "..."}: drop a namespace's cache entries.
+        With gateway keys configured, a key may purge only its own namespaces."""
+        if gw.cache is None:
+            return _json({"error": {"message": "the cache is not enabled", "type":
+                                    "invalid_request_error", "param": None,
+                                    "code": "cache_disabled"}}, 400)
+        try:
+            key_id = gw.auth.check(request.scope["headers"])
+            body = orjson.loads(await request.body())
+        except GatewayError as exc:
+            return Response(exc.body(), exc.status, media_type="application/json")
+        except orjson.JSONDecodeError:
+            return Response(error_body("the body must be JSON", "invalid_request_error",
+                                       "invalid_json"), 400, media_type="application/json")
+        namespace = body.get("namespace") if isinstance(body, dict) else None
+        if not isinstance(namespace, str) or not namespace:
+            return Response(error_body("'namespace' must be a non-empty string",
+                                       "invalid_request_error", "invalid_value", "namespace"),
+                            400, media_type="application/json")
+        base = key_id or "default"
+        if key_id is not None and namespace != base and not namespace.startswith(base + "/"):
+            return Response(error_body(f"key '{key_id}' may purge only '{base}' and "
+                                       f"'{base}/...'", "permission_error", "forbidden",
+                                       "namespace"), 403, media_type="application/json")
+        removed = await gw.cache.purge(namespace)
+        return _json({"namespace": namespace, "removed": removed})
+
     hot: dict[str, ASGIApp] = {
         "/v1/chat/completions": ModelEndpoint(gw, "chat", "/chat/completions"),
         "/v1/completions": ModelEndpoint(gw, "completions", "/completions"),
@@ -107,6 +137,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/admin/cache/purge", purge, methods=["POST"]),
         Route("/v1/{rest:path}", passthrough,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]

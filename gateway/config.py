@@ -18,6 +18,7 @@ from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
     "AuthConfig",
+    "CacheConfig",
     "Config",
     "EngineOptions",
     "GatewayKey",
@@ -149,12 +150,30 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class CacheConfig:
+    """Where the response cache lives (what it does per request is in the policy)."""
+
+    enabled: bool = False
+    #: "memory": in-process (per replica); "redis": RedisVL on Redis Stack >= 7.2 / Redis 8.
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: Key prefix (and index name) in Redis.
+    prefix: str = "gwcache:"
+    #: memory backend bounds (LRU beyond either).
+    max_entries: int = bounded(100_000, ge=1)
+    max_bytes: int = bounded(512 * 1024 * 1024, ge=1024)
+    #: Load the embedding model for the semantic layer (else exact matches only).
+    semantic: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     upstreams: dict[str, UpstreamConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     #: Set by load_config: the file, and the folder relative paths are resolved against.
     path: str = "<defaults>"
     root: str = "."
@@ -182,6 +201,7 @@ def load_config(path: str | Path) -> Config:
         logging=config.logging,
         upstreams=config.upstreams,
         models=config.models,
+        cache=config.cache,
         path=path,
         root=str(Path(path).resolve().parent),
     )

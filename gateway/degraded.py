@@ -4,14 +4,15 @@ Gateway-wide and per-key limits are checked on arrival (:class:`EntryLimits`); a
 passes is dispatched, and when no target of its model can take it (limiter queue full or
 timed out, breakers open: :class:`~gateway.admission.Shed`), the policy's actions run in order:
 
+- ``cache``: serve it from the semantic cache at the policy's relaxed operating point
+  (``cache.relaxed``); the answer says ``x-gateway-degraded: cache:<reason>``;
 - ``reroute``: serve it from ``degraded.reroute_model`` instead (a small tier or the local
   engine); the answer says so in ``x-gateway-degraded: rerouted:<reason>``;
 - ``reject``: answer at once with 503 (429 for a key's own limit), ``Retry-After`` and
   ``{"error": {"type": "overloaded_error", "code": "degraded_mode"}}``.
 
 Never a silent timeout: every degraded answer is labelled in its headers and its log line.
-(Serving from a relaxed semantic cache and harder compression join the actions as those
-stages land.)
+(Harder compression joins the actions when the compression stage lands.)
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ async def serve_or_degrade(
     policy: DegradedPolicy,
     rec: RequestRecord,
     extra: list[tuple[bytes, bytes]],
+    from_cache: Callable[[str], Awaitable[bool]] | None = None,
 ) -> None:
     """``serve(model)``; when shed, run the degraded actions. ``reroute`` is the reroute
-    model (None when there is none, or it is the model asked for).
+    model (None when there is none, or it is the model asked for); ``from_cache(label)``
+    serves a relaxed semantic-cache hit, labelled, and says whether it could.
     Raises Overloaded when every action is exhausted."""
     try:
         await serve(model)
@@ -80,6 +83,11 @@ async def serve_or_degrade(
     for action in policy.actions:
         if action == "reject":
             break
+        if action == "cache" and from_cache is not None:
+            label = f"cache:{shed.reason}"
+            if await from_cache(label):
+                rec.shed = label
+                return
         if action == "reroute" and reroute is not None:
             label = f"rerouted:{shed.reason}"
             rec.shed = label

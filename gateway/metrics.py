@@ -142,6 +142,28 @@ class _GuardCollector(Collector):
             yield family
 
 
+class _CacheCollector(Collector):
+    def __init__(self, cache: Any):
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._cache.stats
+        lookups = CounterMetricFamily("gateway_cache_lookups", "Cache lookups by result "
+                                      "(hit, miss, bypass) and layer.",
+                                      labels=["result", "layer"])
+        for (result, layer), n in stats.lookups.items():
+            lookups.add_metric([result, layer], n)
+        yield lookups
+        failures = CounterMetricFamily("gateway_cache_failures", "Cache backend calls that "
+                                       "failed or timed out (the request bypassed).",
+                                       labels=["op"])
+        for op, n in stats.failures.items():
+            failures.add_metric([op], n)
+        yield failures
+        yield CounterMetricFamily("gateway_cache_stores", "Answers stored.",
+                                  value=stats.stores)
+
+
 class _Series:
     """The per-request series of one (route, model, status, upstream) combination."""
 
@@ -169,6 +191,10 @@ class Metrics:
               registry=self.registry).set_function(lambda: self.in_flight)
         self.policy_reloads = Counter("gateway_policy_reloads", "Policy reload attempts.",
                                       ["result"], registry=self.registry)
+
+    def watch_cache(self, cache: Any) -> None:
+        """Export the response cache's counters (read at scrape time)."""
+        self.registry.register(_CacheCollector(cache))
 
     def watch_guards(self, dispatcher: Any) -> None:
         """Export each upstream's admission and breaker state (read at scrape time)."""

@@ -26,7 +26,8 @@ from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
-    "DegradedPolicy", "Policy", "PolicyStore", "RetryPolicy", "StreamingPolicy", "load_policy",
+    "CachePolicy", "DegradedPolicy", "OperatingPoint", "Policy", "PolicyStore", "RetryPolicy",
+    "StreamingPolicy", "load_policy",
 ]
 
 log = structlog.get_logger("gateway.policy")
@@ -61,11 +62,47 @@ class StreamingPolicy:
 class DegradedPolicy:
     """What to do with a request that cannot be admitted, in order (see gateway.degraded)."""
 
-    actions: tuple[Literal["reroute", "reject"], ...] = ("reroute", "reject")
+    actions: tuple[Literal["cache", "reroute", "reject"], ...] = ("cache", "reroute", "reject")
     #: Public model name to reroute to (a small tier or the local engine); none: skip reroute.
     reroute_model: str | None = None
     #: Smallest Retry-After sent with a shed response (s).
     min_retry_after_s: int = bounded(1, ge=0)
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """When a semantic-cache candidate is served: cosine similarity at least ``similarity``
+    and verifier score at least ``verifier`` (see gateway.cache.verifier)."""
+
+    similarity: float = bounded(0.75, ge=0.0, le=1.0)
+    verifier: float = bounded(0.6, ge=0.0, le=1.0)
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """The semantic cache stage (needs ``[cache] enabled = true`` in the gateway config)."""
+
+    enabled: bool = True
+    #: Also match by meaning (else exact matches only).
+    semantic: bool = True
+    ttl_s: int = bounded(3_600, ge=1)
+    #: Requests sampled hotter than this are neither served from nor stored in the cache.
+    max_temperature: float = bounded(1.0, ge=0.0, le=2.0)
+    #: Store answers that call tools (non-streaming responses only).
+    cache_tool_calls: bool = False
+    #: Bound on each backend call (ms); slower -> bypass.
+    lookup_timeout_ms: float = bounded(20.0, ge=1.0)
+    #: Nearest neighbours checked per lookup.
+    candidates: int = bounded(4, ge=1, le=32)
+    operating_point: OperatingPoint = field(default_factory=OperatingPoint)
+    #: Used by the degraded-mode ``cache`` action: a looser point, when the alternative is
+    #: shedding the request.
+    relaxed: OperatingPoint = field(default_factory=lambda: OperatingPoint(0.7, 0.3))
+    #: Per public model name: its own operating point.
+    routes: dict[str, OperatingPoint] = field(default_factory=dict)
+
+    def point(self, model: str) -> OperatingPoint:
+        return self.routes.get(model, self.operating_point)
 
 
 @dataclass(frozen=True)
@@ -76,6 +113,7 @@ class Policy:
     admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     degraded: DegradedPolicy = field(default_factory=DegradedPolicy)
+    cache: CachePolicy = field(default_factory=CachePolicy)
     version: str = "default"
 
 

@@ -17,6 +17,8 @@ import orjson
 import structlog
 
 from gateway.admission import PRIORITY_RANK, AdmissionPolicy
+from gateway.cache.answer import StreamCollector, answer_from_json, hit_body, hit_events
+from gateway.cache.stage import Lookup
 from gateway.config import Target
 from gateway.degraded import serve_or_degrade
 from gateway.dispatch import Opened, Ticket
@@ -83,6 +85,14 @@ class ModelEndpoint:
             rec.stream = bool(data.get("stream"))
             route = gw.models.resolve(data["model"])
             policy = gw.policy
+            lookup: Lookup | None = None
+            if self.kind == "chat" and gw.cache is not None and policy.cache.enabled:
+                lookup = await gw.cache.lookup(data, headers, route.name, rec.key_id,
+                                               policy.cache, rec)
+                if lookup.hit is not None:
+                    await _send_hit(lookup, data, rec, extra, send)
+                    return
+                extra.append((b"x-cache", (rec.cache or "bypass").encode()))
             gw.limits.enter(policy.admission, rec.key_id, gw.metrics.in_flight,
                             policy.degraded.min_retry_after_s)
             entered = True
@@ -94,17 +104,28 @@ class ModelEndpoint:
                 try:
                     if rec.stream:
                         await self._stream(data, body, model.targets, headers, rec, extra, send,
-                                           state, ticket)
+                                           state, ticket, lookup)
                     else:
                         await self._unary(data, body, model.targets, headers, rec, extra, send,
-                                          ticket)
+                                          ticket, lookup)
                 finally:
                     if slot is not None:
                         slot.release()
 
             reroute = gw.models.routes.get(policy.degraded.reroute_model or "")
+            async def from_cache(label: str) -> bool:
+                if lookup is None or gw.cache is None:
+                    return False
+                lookup.hit = gw.cache.choose(lookup, policy.cache.relaxed)
+                if lookup.hit is None:
+                    return False
+                rec.cache, rec.cache_layer = "hit", "semantic"
+                extra.append((b"x-gateway-degraded", label.encode()))
+                await _send_hit(lookup, data, rec, extra, send)
+                return True
+
             work = serve_or_degrade(serve, route, reroute if reroute is not route else None,
-                                    policy.degraded, rec, extra)
+                                    policy.degraded, rec, extra, from_cache)
             await run_until_disconnect(receive, work)
         except ClientDisconnected:
             rec.cancelled = True
@@ -145,6 +166,7 @@ class ModelEndpoint:
         self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
         headers: list[tuple[bytes, bytes]], rec: RequestRecord,
         extra: list[tuple[bytes, bytes]], send: Send, ticket: Ticket,
+        lookup: Lookup | None = None,
     ) -> None:
         build = self._builder(data, raw, headers, rec, changed=False)
         _, reply = await self.gw.dispatcher.unary(targets, build, self.gw.policy, rec, ticket)
@@ -152,11 +174,17 @@ class ModelEndpoint:
         _observe_reply(reply, rec)
         await send_bytes(send, reply.status, reply.body,
                          forward_response_headers(reply.headers) + extra)
+        if lookup is not None and lookup.store and reply.status == 200 and self.gw.cache:
+            cache_policy = self.gw.policy.cache
+            self.gw.cache.store_later(
+                lookup, answer_from_json(reply.body, cache_policy.cache_tool_calls),
+                cache_policy)
 
     async def _stream(
         self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
         headers: list[tuple[bytes, bytes]], rec: RequestRecord,
         extra: list[tuple[bytes, bytes]], send: Send, state: dict[str, bool], ticket: Ticket,
+        lookup: Lookup | None = None,
     ) -> None:
         policy = self.gw.policy
         options = data.get("stream_options") or {}
@@ -171,11 +199,18 @@ class ModelEndpoint:
             await send_bytes(send, opened.status, opened.body,
                              forward_response_headers(opened.headers) + extra)
             return
-        await self._relay(opened, rec, extra, send, state, hide_usage)
+        storing = lookup is not None and lookup.store and self.gw.cache is not None
+        collector = StreamCollector() if storing else None
+        await self._relay(opened, rec, extra, send, state, hide_usage, collector)
+        if collector is not None and lookup is not None and self.gw.cache is not None \
+                and rec.error_type is None:
+            self.gw.cache.store_later(lookup, collector.answer(rec.finish_reason, rec.usage),
+                                      policy.cache)
 
     async def _relay(
         self, opened: Opened, rec: RequestRecord, extra: list[tuple[bytes, bytes]],
         send: Send, state: dict[str, bool], hide_usage: bool,
+        collector: StreamCollector | None = None,
     ) -> None:
         observer = StreamObserver(hide_usage_chunk=hide_usage)
         rec.status = 200
@@ -189,17 +224,23 @@ class ModelEndpoint:
             out = observer.feed(opened.first)
             if out:
                 rec.mark_first_event()
+                if collector is not None:
+                    collector.feed(out)
                 await send({"type": "http.response.body", "body": out, "more_body": True})
             try:
                 async for chunk in opened.chunks:
                     out = observer.feed(chunk)
                     if out:
                         rec.mark_first_event()
+                        if collector is not None:
+                            collector.feed(out)
                         await send({"type": "http.response.body", "body": out, "more_body": True})
             finally:
                 rec.upstream_ended = time.perf_counter()
                 opened.close()
             out = observer.flush()
+            if collector is not None:
+                collector.feed(out)
             if not (observer.done or observer.errored):
                 raise UpstreamError("the upstream ended the stream without [DONE]")
         except UpstreamError as exc:
@@ -207,9 +248,36 @@ class ModelEndpoint:
             out = observer.flush() + error_event(exc.as_dict())
         rec.finish_reason = observer.finish_reason
         rec.take_usage(observer.usage)
+        rec.usage = observer.usage
         if observer.errored and rec.error_type is None:
             rec.error_type = "upstream_error"
         await send({"type": "http.response.body", "body": out, "more_body": False})
+
+
+async def _send_hit(lookup: Lookup, data: dict[str, Any], rec: RequestRecord,
+                    extra: list[tuple[bytes, bytes]], send: Send) -> None:
+    """Serve a cache hit: chat.completion JSON, or an SSE stream when the client streams."""
+    assert lookup.hit is not None
+    stored = lookup.hit.answer
+    headers = [(b"x-cache", b"hit")]
+    if rec.similarity is not None and rec.cache_layer == "semantic":
+        headers.append((b"x-cache-similarity", f"{rec.similarity:.4f}".encode()))
+    headers += extra
+    answer = orjson.loads(stored)
+    rec.status, rec.model_served = 200, answer.get("model")
+    rec.finish_reason = answer.get("finish_reason")
+    rec.prompt_tokens = answer.get("prompt_tokens")
+    rec.completion_tokens = answer.get("completion_tokens")
+    if rec.stream:
+        options = data.get("stream_options") or {}
+        body = hit_events(stored, bool(options.get("include_usage")))
+        rec.mark_first_event()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": _SSE_HEADERS + headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    else:
+        await send_bytes(send, 200, hit_body(stored),
+                         [(b"content-type", b"application/json")] + headers)
 
 
 def _observe_reply(reply: Reply, rec: RequestRecord) -> None:

@@ -25,6 +25,11 @@ error_type         OpenAI ``error.type`` when the request failed, else null
 error_code         OpenAI ``error.code`` when the request failed, else null
 shed               degraded-mode reason (shed or rerouted), else null
 cache, route_tier, route_score, compression   filled by pipeline stages (null when off)
+cache              ``hit``, ``miss`` or ``bypass`` (null when the cache is off)
+cache_layer        ``exact`` or ``semantic`` on a hit
+similarity         cosine similarity of the best semantic candidate
+verified           the verifier's score of the served (or best rejected) candidate
+lookup_ms          time spent in the cache lookup (embedding included)
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -57,6 +62,7 @@ FIELDS = (
     "prompt_tokens",
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
+    "cache_layer", "similarity", "verified", "lookup_ms",
 )
 
 
@@ -97,11 +103,16 @@ class RequestRecord:
     finish_reason: str | None = None
     error_type: str | None = None
     error_code: str | None = None
-    cache: Any = None
+    cache: str | None = None
+    cache_layer: str | None = None
+    similarity: float | None = None
+    verified: float | None = None
+    lookup_ms: float | None = None
     route_tier: str | None = None
     route_score: float | None = None
     compression: Any = None
     shed: str | None = None
+    usage: dict[str, Any] | None = None  # the raw usage object (not logged)
     retries: int = 0
     cancelled: bool = False
     status: int = 0

@@ -6,13 +6,17 @@ app's lifespan.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth import Authenticator
 from gateway.breaker import State
-from gateway.config import Config, Target, UpstreamConfig
+from gateway.cache.backend import Backend, MemoryBackend
+from gateway.cache.stage import Embed, ResponseCache
+from gateway.cache.verifier import ARTIFACT, Verifier
+from gateway.config import CacheConfig, Config, Target, UpstreamConfig
 from gateway.degraded import EntryLimits
 from gateway.dispatch import Dispatcher
 from gateway.errors import ModelNotFound
@@ -22,7 +26,7 @@ from gateway.requestlog import RequestIds, RequestLogger
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 
-__all__ = ["Gateway", "ModelRoute", "ModelTable", "build_upstream"]
+__all__ = ["Gateway", "ModelRoute", "ModelTable", "build_cache", "build_upstream"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,19 @@ class ModelTable:
         return route
 
 
+def build_cache(config: CacheConfig, embed: Embed | None) -> ResponseCache:
+    """The response cache on its configured backend, with the shipped verifier."""
+    backend: Backend
+    if config.backend == "redis":
+        from gateway.cache.redis_backend import RedisBackend
+
+        backend = RedisBackend(config.redis_url, prefix=config.prefix)
+    else:
+        backend = MemoryBackend(config.max_entries, config.max_bytes)
+    verifier = Verifier() if ARTIFACT.exists() else None
+    return ResponseCache(backend, embed, verifier)
+
+
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
     """The provider for ``config.type`` (the config schema lists the types that exist)."""
     if config.type == "local":
@@ -67,6 +84,7 @@ class Gateway:
         *,
         request_sink: Callable[[dict[str, Any]], None] | None = None,
         upstreams: dict[str, Upstream] | None = None,
+        embed: Embed | None = None,
     ):
         self.config = config
         self.metrics = Metrics()
@@ -81,6 +99,11 @@ class Gateway:
         self.metrics.watch_guards(self.dispatcher)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
         self.request_ids = RequestIds()
+        self.cache = build_cache(config.cache, embed) if config.cache.enabled else None
+        if self.cache is not None:
+            self.metrics.watch_cache(self.cache)
+        self._embedder: Any = None
+        self._loading: asyncio.Task[None] | None = None
 
     @property
     def policy(self) -> Policy:
@@ -108,7 +131,26 @@ class Gateway:
         for upstream in self.upstreams.values():
             if upstream.enabled:
                 await upstream.start()
+        if self.cache is not None and self.cache.embed is None and self.config.cache.semantic:
+            # The embedding model loads in the background: until it is ready, the cache
+            # serves exact matches only.
+            self._loading = asyncio.create_task(self._load_embedder())
+
+    async def _load_embedder(self) -> None:
+        from local_engine.async_engine import AsyncEngine
+        from local_engine.embedder import Embedder
+
+        embedder = await asyncio.to_thread(Embedder.load)
+        self._embedder = AsyncEngine(None, embedder).start()
+        assert self.cache is not None
+        self.cache.embed = self._embedder.embed
 
     async def aclose(self) -> None:
+        if self._loading is not None:
+            self._loading.cancel()
+        if self.cache is not None:
+            await self.cache.aclose()
+        if self._embedder is not None:
+            self._embedder.close()
         for upstream in self.upstreams.values():
             await upstream.aclose()

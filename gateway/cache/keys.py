@@ -1,0 +1,106 @@
+"""What a cached answer may be reused for: the exact key, the semantic scope, eligibility.
+
+Pure functions over a parsed chat completions request.
+
+- **Exact key**: SHA-256 of the whole canonical request (sorted-key JSON) minus a short,
+  explicit list of fields that cannot change the answer (``stream``, ``stream_options``,
+  ``user``...). Any other field, including ones the API adds later, is part of the key by
+  default, so a new parameter can never be silently ignored (LiteLLM #5049).
+- **Scope**: a semantic hit is possible only between requests with the same namespace
+  (tenant), model, system prompt, tools, response format, other output-shaping parameters
+  and conversation before the last user turn. Only the last user message is compared by
+  meaning.
+- **Eligibility**: the policy bounds temperature; never with n > 1, logprobs, or a forced
+  tool call (those answers are not interchangeable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_key", "ineligible_reason", "last_user_text"]
+
+#: Fields that do not change what the model answers: excluded from both keys.
+NEUTRAL_FIELDS = frozenset({
+    "stream", "stream_options", "user", "metadata", "store", "service_tier",
+    "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
+})
+#: Compared by meaning rather than bytes: excluded from the scope (the last user message),
+#: or checked against the cached answer at hit time (``max_tokens``).
+_SEMANTIC_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens"})
+
+_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(orjson.dumps(obj, option=_OPTS)).hexdigest()[:32]
+
+
+def _text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                return None  # images, audio, files: never compared by meaning
+            parts.append(str(part.get("text", "")))
+        return "\n".join(parts)
+    return None
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str | None:
+    """The text of the final message when it is a plain-text user turn, else None."""
+    if not messages:
+        return None
+    last = messages[-1]
+    if last.get("role") != "user":
+        return None
+    return _text(last.get("content"))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """``exact``: the exact-layer key. ``scope``: the semantic partition (None when the request
+    can only hit exactly). ``query``: the text compared by meaning."""
+
+    exact: str
+    scope: str | None
+    query: str | None
+    namespace: str
+
+
+def cache_key(data: dict[str, Any], namespace: str, model: str) -> CacheKey:
+    """Keys for a chat request already resolved to a public ``model``."""
+    canonical = {k: v for k, v in data.items() if k not in NEUTRAL_FIELDS}
+    canonical["model"] = model
+    exact = _digest([namespace, canonical])
+    messages = data.get("messages") or []
+    query = last_user_text(messages)
+    if query is None or not query.strip():
+        return CacheKey(exact, None, None, namespace)
+    shaping = {k: v for k, v in canonical.items() if k not in _SEMANTIC_FIELDS}
+    system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
+    history = [m for m in messages[:-1] if m.get("role") not in ("system", "developer")]
+    scope = _digest([namespace, model, _digest(system), _digest(history), shaping])
+    return CacheKey(exact, scope, query, namespace)
+
+
+def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | None:
+    """Why this request must not be served from (or stored in) the cache, or None."""
+    n = data.get("n")
+    if n not in (None, 1):
+        return "n"
+    if data.get("logprobs") or data.get("top_logprobs"):
+        return "logprobs"
+    choice = data.get("tool_choice")
+    if choice == "required" or isinstance(choice, dict):
+        return "tool_choice"
+    temperature = data.get("temperature")
+    if (1.0 if temperature is None else temperature) > max_temperature:
+        return "temperature"
+    return None

@@ -1,0 +1,125 @@
+"""The ``redis`` cache backend: RedisVL on Redis Stack >= 7.2 (or Redis 8), shared by replicas.
+
+Each entry is a Redis hash ``{prefix}e:{id}`` indexed by RedisVL (tags ``scope`` and
+``namespace``, a cosine ``FLAT`` vector field); the exact layer is a plain key
+``{prefix}x:{namespace}:{exact}`` holding the entry id. TTL is Redis key expiry on both, so
+expired entries vanish by themselves. Connection failures raise; the cache stage bounds every
+call with a timeout and bypasses on failure, and redis-py reconnects on the next call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from redis.asyncio import Redis
+from redisvl.index import AsyncSearchIndex
+from redisvl.query import VectorQuery
+from redisvl.query.filter import Tag
+from redisvl.schema import IndexSchema
+
+from gateway.cache.backend import Backend, Entry
+
+__all__ = ["RedisBackend"]
+
+
+def _escape(value: str) -> str:
+    return value.replace(":", "_")
+
+
+class RedisBackend(Backend):
+    def __init__(self, url: str, prefix: str = "gwcache:", dim: int = 384,
+                 socket_timeout_s: float = 1.0):
+        self.prefix = prefix
+        self.client = Redis.from_url(url, socket_timeout=socket_timeout_s,
+                                     socket_connect_timeout=socket_timeout_s,
+                                     retry_on_timeout=False, health_check_interval=10)
+        self.schema = IndexSchema.from_dict({
+            "index": {"name": f"{prefix}idx", "prefix": f"{prefix}e", "storage_type": "hash"},
+            "fields": [
+                {"name": "scope", "type": "tag"},
+                {"name": "namespace", "type": "tag"},
+                {"name": "vector", "type": "vector", "attrs": {
+                    "dims": dim, "distance_metric": "cosine", "algorithm": "flat",
+                    "datatype": "float32"}},
+            ],
+        })
+        self.index = AsyncSearchIndex(self.schema, redis_client=self.client)
+        self._created = False
+
+    async def _ensure_index(self) -> None:
+        if not self._created:
+            await self.index.create(overwrite=False)
+            self._created = True
+
+    def _exact_key(self, namespace: str, exact: str) -> str:
+        return f"{self.prefix}x:{namespace}:{exact}"
+
+    def _entry_key(self, entry_id: str) -> str:
+        return f"{self.prefix}e:{entry_id}"
+
+    @staticmethod
+    def _entry(entry_id: str, h: dict[bytes, bytes]) -> Entry:
+        scope = h.get(b"scope", b"").decode()
+        raw = h.get(b"vector")
+        return Entry(entry_id, h[b"exact"].decode(), scope if scope != "-" else None,
+                     h[b"namespace_raw"].decode(), h[b"query"].decode(), h[b"answer"],
+                     float(h[b"created"]),
+                     np.frombuffer(raw, dtype=np.float32) if raw else None)
+
+    async def get_exact(self, exact: str, namespace: str) -> Entry | None:
+        entry_id = await self.client.get(self._exact_key(namespace, exact))
+        if entry_id is None:
+            return None
+        h = await self.client.hgetall(self._entry_key(entry_id.decode()))
+        return self._entry(entry_id.decode(), h) if h else None
+
+    async def search(self, scope: str, vector: np.ndarray, k: int) -> list[tuple[Entry, float]]:
+        await self._ensure_index()
+        query = VectorQuery(vector.astype(np.float32).tobytes(), "vector",
+                            return_fields=["id"], filter_expression=Tag("scope") == scope,
+                            num_results=k)
+        results: list[dict[str, Any]] = await self.index.query(query)
+        out = []
+        for r in results:
+            key = r["id"]
+            h = await self.client.hgetall(key)
+            if not h:  # expired between the search and the read
+                continue
+            entry_id = key.removeprefix(self._entry_key(""))
+            out.append((self._entry(entry_id, h), 1.0 - float(r["vector_distance"])))
+        return out
+
+    async def put(self, entry: Entry, vector: np.ndarray | None, ttl_s: float) -> None:
+        await self._ensure_index()
+        ms = max(1, int(ttl_s * 1000))
+        mapping: dict[str, Any] = {
+            "exact": entry.exact, "scope": entry.scope or "-",
+            "namespace": _escape(entry.namespace), "namespace_raw": entry.namespace,
+            "query": entry.query, "answer": entry.answer, "created": entry.created,
+        }
+        if vector is not None and entry.scope is not None:
+            mapping["vector"] = vector.astype(np.float32).tobytes()
+        key = self._entry_key(entry.id)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=mapping)
+            pipe.pexpire(key, ms)
+            pipe.set(self._exact_key(entry.namespace, entry.exact), entry.id, px=ms)
+            await pipe.execute()
+
+    async def purge(self, namespace: str) -> int:
+        n = 0
+        async for key in self.client.scan_iter(match=f"{self.prefix}x:{namespace}:*",
+                                               count=1000):
+            entry_id = await self.client.get(key)
+            await self.client.delete(key)
+            if entry_id is not None:
+                n += await self.client.delete(self._entry_key(entry_id.decode()))
+        # entries whose exact key already expired or was replaced
+        async for key in self.client.scan_iter(match=f"{self.prefix}e:*", count=1000):
+            if await self.client.hget(key, "namespace_raw") == namespace.encode():
+                n += await self.client.delete(key)
+        return n
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,210 @@
+"""The response cache stage: look up before routing, store after the last byte.
+
+Lookup, in order: eligibility (policy, ``Cache-Control: no-cache``), the exact layer (no
+embedding needed), then the semantic layer: embed the last user message (one embedding per
+request, kept on the :class:`Lookup` for later stages), take the nearest entries of the same
+scope, and serve the first whose cosine similarity and verifier score both pass the route's
+operating point. Every backend call is bounded by ``lookup_timeout_ms``; a slow or failing
+backend turns the request into a bypass (counted, logged), never an error.
+
+Storing happens after the response's last byte, in a background task, and only for complete
+answers (see :mod:`gateway.cache.answer`); never with ``Cache-Control: no-store``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+from gateway.cache.backend import Backend, Entry
+from gateway.cache.keys import CacheKey, cache_key, ineligible_reason
+from gateway.cache.verifier import Verifier
+from gateway.policy import CachePolicy, OperatingPoint
+from gateway.requestlog import RequestRecord
+
+__all__ = ["CacheStats", "Lookup", "ResponseCache", "cache_directives", "namespace_of"]
+
+log = structlog.get_logger("gateway.cache")
+
+Embed = Callable[[list[str]], Awaitable[np.ndarray]]
+_EMBED_TIMEOUT_S = 1.0
+
+
+@dataclass
+class CacheStats:
+    """Counters for /metrics: lookups by result and layer, backend failures by operation."""
+
+    lookups: dict[tuple[str, str], int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    stores: int = 0
+
+    def count(self, result: str, layer: str = "") -> None:
+        self.lookups[(result, layer)] = self.lookups.get((result, layer), 0) + 1
+
+    def fail(self, op: str) -> None:
+        self.failures[op] = self.failures.get(op, 0) + 1
+
+
+@dataclass(slots=True)
+class Lookup:
+    """The outcome of a lookup. ``hit`` is the entry to serve; ``store`` says whether the
+    response may be stored afterwards; ``vector`` is the request's embedding (or None)."""
+
+    key: CacheKey | None = None
+    store: bool = False
+    hit: Entry | None = None
+    vector: np.ndarray | None = None
+    candidates: list[tuple[Entry, float, float]] = field(default_factory=list)
+
+
+def cache_directives(headers: list[tuple[bytes, bytes]]) -> set[str]:
+    """The request's ``Cache-Control`` directives, lower-cased."""
+    out: set[str] = set()
+    for k, v in headers:
+        if k == b"cache-control":
+            out.update(d.strip().lower() for d in v.decode("latin-1").split(","))
+    return out
+
+
+def namespace_of(headers: list[tuple[bytes, bytes]], key_id: str | None) -> str:
+    """The key's namespace (``default`` without keys), narrowed by ``x-gateway-cache-
+    namespace``; a client can never reach another key's entries through the header."""
+    base = key_id or "default"
+    for k, v in headers:
+        if k == b"x-gateway-cache-namespace" and 0 < len(v) <= 128:
+            return f"{base}/{v.decode('latin-1')}"
+    return base
+
+
+class ResponseCache:
+    def __init__(self, backend: Backend, embed: Embed | None, verifier: Verifier | None):
+        self.backend = backend
+        self.embed = embed
+        self.verifier = verifier
+        self.stats = CacheStats()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _bounded(self, op: str, work: Awaitable[Any], timeout_s: float) -> Any:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await work
+        except Exception as exc:
+            self.stats.fail(op)
+            log.warning("cache_backend_failed", op=op, error=type(exc).__name__)
+            raise _Bypass from exc
+
+    async def lookup(self, data: dict[str, Any], headers: list[tuple[bytes, bytes]],
+                     model: str, key_id: str | None, policy: CachePolicy,
+                     rec: RequestRecord) -> Lookup:
+        """Never raises for cache trouble: returns a Lookup without a hit instead."""
+        started = time.perf_counter()
+        result = Lookup()
+        try:
+            await self._lookup(data, headers, model, key_id, policy, rec, result)
+        except _Bypass:
+            rec.cache = "bypass"
+            result.hit = None
+        finally:
+            rec.lookup_ms = round((time.perf_counter() - started) * 1000, 3)
+        self.stats.count(rec.cache or "bypass", rec.cache_layer or "")
+        return result
+
+    async def _lookup(self, data: dict[str, Any], headers: list[tuple[bytes, bytes]],
+                      model: str, key_id: str | None, policy: CachePolicy,
+                      rec: RequestRecord, result: Lookup) -> None:
+        directives = cache_directives(headers)
+        if ineligible_reason(data, policy.max_temperature) is not None:
+            rec.cache = "bypass"
+            return
+        key = result.key = cache_key(data, namespace_of(headers, key_id), model)
+        result.store = "no-store" not in directives
+        if "no-cache" in directives:
+            rec.cache = "bypass"
+            return
+        timeout = policy.lookup_timeout_ms / 1000
+        rec.cache = "miss"
+        entry = await self._bounded("get", self.backend.get_exact(key.exact, key.namespace),
+                                    timeout)
+        if entry is not None:
+            result.hit = entry
+            rec.cache, rec.cache_layer = "hit", "exact"
+            return
+        if not (policy.semantic and key.scope and self.embed is not None):
+            return
+        try:
+            async with asyncio.timeout(_EMBED_TIMEOUT_S):
+                result.vector = (await self.embed([key.query or ""]))[0]
+        except Exception as exc:  # noqa: BLE001 - no embedding: exact layer only
+            self.stats.fail("embed")
+            log.warning("cache_embed_failed", error=type(exc).__name__)
+            return
+        found = await self._bounded("search", self.backend.search(
+            key.scope, result.vector, policy.candidates), timeout)
+        result.candidates = [(e, sim, self._verify(key, result.vector, e, sim))
+                             for e, sim in found]
+        if result.candidates:
+            rec.similarity = round(result.candidates[0][1], 4)
+        hit = self.choose(result, policy.point(model))
+        if hit is not None:
+            result.hit = hit
+            rec.cache, rec.cache_layer = "hit", "semantic"
+        if result.candidates:
+            best = next((c for c in result.candidates if c[0] is hit), result.candidates[0])
+            rec.similarity, rec.verified = round(best[1], 4), round(best[2], 4)
+
+    def _verify(self, key: CacheKey, vector: np.ndarray, entry: Entry, sim: float) -> float:
+        if self.verifier is None or entry.vector is None:
+            return 1.0
+        return self.verifier.score(key.query or "", entry.query, vector, entry.vector)
+
+    @staticmethod
+    def choose(result: Lookup, point: OperatingPoint) -> Entry | None:
+        """The nearest candidate that passes ``point``, or None."""
+        for entry, sim, score in result.candidates:
+            if sim >= point.similarity and score >= point.verifier:
+                return entry
+        return None
+
+    def store_later(self, result: Lookup, answer: bytes | None, policy: CachePolicy) -> None:
+        """Store ``answer`` in the background (nothing when it is None or must not be)."""
+        if answer is None or not result.store or result.key is None or result.hit is not None:
+            return
+        key = result.key
+        entry = Entry(uuid.uuid4().hex, key.exact, key.scope if result.vector is not None
+                      else None, key.namespace, key.query or "", answer)
+        task = asyncio.get_running_loop().create_task(
+            self._store(entry, result.vector, policy))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _store(self, entry: Entry, vector: np.ndarray | None,
+                     policy: CachePolicy) -> None:
+        try:
+            await self._bounded("put", self.backend.put(entry, vector, policy.ttl_s),
+                                max(1.0, policy.lookup_timeout_ms / 1000))
+            self.stats.stores += 1
+        except _Bypass:
+            pass
+
+    async def drain(self) -> None:
+        """Wait for pending stores (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def purge(self, namespace: str) -> int:
+        return await self.backend.purge(namespace)
+
+    async def aclose(self) -> None:
+        await self.drain()
+        await self.backend.aclose()
+
+
+class _Bypass(Exception):
+    """A backend call failed or was too slow."""

@@ -1,0 +1,124 @@
+"""Is a cached question really the same question? A small learned verifier over a pair.
+
+A nearest neighbour above the cosine threshold is served only if the verifier agrees. Static
+cosine thresholds on all-MiniLM-L6-v2 confuse topic similarity with sameness: "How do I learn
+Python?" vs "How do I learn Java?", negations, different numbers or names (LiteLLM #12234,
+vLLM semantic-router #2691). The verifier sees what cosine hides:
+
+- the embedding interaction features of Sentence-BERT's classification objective
+  (Reimers & Gurevych, EMNLP 2019): ``|u - v|`` and ``u * v``;
+- cosine; word and character-trigram overlap; length ratio; mismatched numbers, capitalised
+  names, negations and question words (the classic Quora duplicate-question features).
+
+Model: a one-hidden-layer MLP (scikit-learn for training, numpy at run time), trained only
+on ``qqp_pairs_dev.jsonl`` by ``gateway/cache/train_verifier.py``; the artifact
+(``verifier.npz``, a few hundred KB) ships with the package and loads offline. Scores are
+probabilities in [0, 1]; the operating point (cosine floor and score threshold) lives in the
+policy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ARTIFACT", "NUM_TEXT_FEATURES", "Verifier", "pair_features", "text_features"]
+
+ARTIFACT = Path(__file__).with_name("verifier.npz")
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+_NAME = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-zA-Z0-9]+")
+_NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor",
+                        "without", "cannot", "can't", "don't", "doesn't", "didn't", "isn't",
+                        "aren't", "wasn't", "weren't", "won't", "wouldn't", "shouldn't",
+                        "couldn't", "haven't", "hasn't", "hadn't"})
+_QWORDS = ("what", "why", "how", "when", "where", "who", "which", "whom", "whose", "is", "are",
+           "can", "do", "does", "should", "will", "would")
+_STOP = frozenset({"the", "a", "an", "of", "to", "in", "for", "on", "and", "or", "is", "are",
+                   "i", "my", "you", "your", "it", "be", "do", "does", "what", "how", "why",
+                   "which", "with", "that", "this", "at", "as", "by", "from", "can", "should"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Text:
+    words: frozenset[str]
+    content: frozenset[str]
+    trigrams: frozenset[str]
+    numbers: frozenset[str]
+    names: frozenset[str]
+    negated: bool
+    qword: str
+    length: int
+
+
+def _analyse(text: str) -> _Text:
+    lower = text.lower()
+    words = _WORD.findall(lower)
+    squashed = " ".join(words)
+    qword = next((w for w in words[:3] if w in _QWORDS), "")
+    return _Text(
+        words=frozenset(words), content=frozenset(w for w in words if w not in _STOP),
+        trigrams=frozenset(squashed[i:i + 3] for i in range(max(0, len(squashed) - 2))),
+        numbers=frozenset(_NUMBER.findall(text)),
+        names=frozenset(n.lower() for n in _NAME.findall(text.strip())),
+        negated=any(w in _NEGATIONS for w in words), qword=qword, length=len(words))
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def text_features(a: str, b: str) -> list[float]:
+    """Hand-made pair features (order-independent), all in [0, 1]."""
+    ta, tb = _analyse(a), _analyse(b)
+    short, long_ = sorted((ta.length, tb.length))
+    return [
+        _jaccard(ta.words, tb.words),
+        _jaccard(ta.content, tb.content),
+        _jaccard(ta.trigrams, tb.trigrams),
+        len(ta.content & tb.content) / max(1, min(len(ta.content), len(tb.content))),
+        short / max(1, long_),
+        float(ta.numbers != tb.numbers),
+        float(bool(ta.numbers ^ tb.numbers)) * min(1.0, len(ta.numbers ^ tb.numbers) / 3),
+        1.0 - _jaccard(ta.names, tb.names),
+        float(ta.negated != tb.negated),
+        float(ta.qword != tb.qword),
+        min(1.0, abs(ta.length - tb.length) / 20),
+    ]
+
+
+NUM_TEXT_FEATURES = 11
+
+
+def pair_features(a: str, b: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """[2 * dim + 1 + NUM_TEXT_FEATURES] float32: |u-v|, u*v, cosine, text features."""
+    cos = float(u @ v)
+    return np.concatenate([np.abs(u - v), u * v, [cos], text_features(a, b)]).astype(
+        np.float32)
+
+
+class Verifier:
+    """``score(a, b, u, v) -> P(same question)``. Loads the shipped artifact by default."""
+
+    def __init__(self, path: Path = ARTIFACT):
+        data = np.load(path)
+        self.mean = data["mean"]
+        self.scale = data["scale"]
+        self.w1, self.b1 = data["w1"], data["b1"]
+        self.w2, self.b2 = data["w2"], data["b2"]
+        self.version = str(data["version"])
+
+    def score_features(self, x: np.ndarray) -> np.ndarray:
+        """x: [n, features] -> [n] probabilities."""
+        h = np.maximum((x - self.mean) / self.scale @ self.w1 + self.b1, 0.0)
+        logits = (h @ self.w2 + self.b2).reshape(-1)
+        return 1.0 / (1.0 + np.exp(-logits))
+
+    def score(self, a: str, b: str, u: np.ndarray, v: np.ndarray) -> float:
+        return float(self.score_features(pair_features(a, b, u, v)[None, :])[0])
