@@ -120,6 +120,7 @@ class ModelEndpoint:
                 if lookup.hit is None:
                     return False
                 rec.cache, rec.cache_layer = "hit", "semantic"
+                extra[:] = [h for h in extra if h[0] != b"x-cache"]
                 extra.append((b"x-gateway-degraded", label.encode()))
                 await _send_hit(lookup, data, rec, extra, send)
                 return True

@@ -6,6 +6,7 @@ the official SDKs, and client disconnects reach the servers as they would in pro
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,12 @@ class GatewayServer:
     gateway: Gateway
     policy_path: Path
     sink: LogSink = field(default_factory=LogSink)
+    server: ServerThread | None = None
+
+    def run(self, coro: Any, timeout: float = 5.0) -> Any:
+        """Run a coroutine on the gateway's own event loop and wait for its result."""
+        assert self.server is not None and self.server.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.server.loop).result(timeout)
 
     @property
     def v1(self) -> str:
@@ -140,15 +147,17 @@ def make_gateway(
 ) -> Iterator[Callable[..., GatewayServer]]:
     servers: list[ServerThread] = []
 
-    def make(extra: str = "", policy: str = DEFAULT_POLICY, watch: bool = False) -> GatewayServer:
+    def make(extra: str = "", policy: str = DEFAULT_POLICY, watch: bool = False,
+             embed: Any = None) -> GatewayServer:
         (tmp_path / "policy.toml").write_text(policy)
         config_path = tmp_path / "gateway.toml"
         config_path.write_text(gateway_toml(fake_server.url, extra))
         sink = LogSink()
-        app = create_app(load_config(config_path), request_sink=sink, watch_policy=watch)
+        app = create_app(load_config(config_path), request_sink=sink, watch_policy=watch,
+                         embed=embed)
         srv = ServerThread(app).start()
         servers.append(srv)
-        return GatewayServer(srv.url, app.gateway, tmp_path / "policy.toml", sink)
+        return GatewayServer(srv.url, app.gateway, tmp_path / "policy.toml", sink, srv)
 
     yield make
     for srv in servers:

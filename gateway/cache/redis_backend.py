@@ -1,7 +1,8 @@
 """The ``redis`` cache backend: RedisVL on Redis Stack >= 7.2 (or Redis 8), shared by replicas.
 
 Each entry is a Redis hash ``{prefix}e:{id}`` indexed by RedisVL (tags ``scope`` and
-``namespace``, a cosine ``FLAT`` vector field); the exact layer is a plain key
+``namespace``, a cosine ``FLAT`` vector field of the embedder's dimension, created on first
+use); the exact layer is a plain key
 ``{prefix}x:{namespace}:{exact}`` holding the entry id. TTL is Redis key expiry on both, so
 expired entries vanish by themselves. Connection failures raise; the cache stage bounds every
 call with a timeout and bypasses on failure, and redis-py reconnects on the next call.
@@ -34,23 +35,27 @@ class RedisBackend(Backend):
         self.client = Redis.from_url(url, socket_timeout=socket_timeout_s,
                                      socket_connect_timeout=socket_timeout_s,
                                      retry_on_timeout=False, health_check_interval=10)
-        self.schema = IndexSchema.from_dict({
-            "index": {"name": f"{prefix}idx", "prefix": f"{prefix}e", "storage_type": "hash"},
-            "fields": [
-                {"name": "scope", "type": "tag"},
-                {"name": "namespace", "type": "tag"},
-                {"name": "vector", "type": "vector", "attrs": {
-                    "dims": dim, "distance_metric": "cosine", "algorithm": "flat",
-                    "datatype": "float32"}},
-            ],
-        })
-        self.index = AsyncSearchIndex(self.schema, redis_client=self.client)
-        self._created = False
+        self.dim = dim
+        self.index: AsyncSearchIndex | None = None
 
-    async def _ensure_index(self) -> None:
-        if not self._created:
-            await self.index.create(overwrite=False)
-            self._created = True
+    async def _ensure_index(self, dim: int) -> AsyncSearchIndex:
+        """The vector index, created on first use with the embedder's dimension."""
+        if self.index is None or self.dim != dim:
+            schema = IndexSchema.from_dict({
+                "index": {"name": f"{self.prefix}idx", "prefix": f"{self.prefix}e",
+                          "storage_type": "hash"},
+                "fields": [
+                    {"name": "scope", "type": "tag"},
+                    {"name": "namespace", "type": "tag"},
+                    {"name": "vector", "type": "vector", "attrs": {
+                        "dims": dim, "distance_metric": "cosine", "algorithm": "flat",
+                        "datatype": "float32"}},
+                ],
+            })
+            index = AsyncSearchIndex(schema, redis_client=self.client)
+            await index.create(overwrite=False)
+            self.index, self.dim = index, dim
+        return self.index
 
     def _exact_key(self, namespace: str, exact: str) -> str:
         return f"{self.prefix}x:{namespace}:{exact}"
@@ -75,11 +80,11 @@ class RedisBackend(Backend):
         return self._entry(entry_id.decode(), h) if h else None
 
     async def search(self, scope: str, vector: np.ndarray, k: int) -> list[tuple[Entry, float]]:
-        await self._ensure_index()
+        index = await self._ensure_index(len(vector))
         query = VectorQuery(vector.astype(np.float32).tobytes(), "vector",
                             return_fields=["id"], filter_expression=Tag("scope") == scope,
                             num_results=k)
-        results: list[dict[str, Any]] = await self.index.query(query)
+        results: list[dict[str, Any]] = await index.query(query)
         out = []
         for r in results:
             key = r["id"]
@@ -91,7 +96,8 @@ class RedisBackend(Backend):
         return out
 
     async def put(self, entry: Entry, vector: np.ndarray | None, ttl_s: float) -> None:
-        await self._ensure_index()
+        if vector is not None:
+            await self._ensure_index(len(vector))
         ms = max(1, int(ttl_s * 1000))
         mapping: dict[str, Any] = {
             "exact": entry.exact, "scope": entry.scope or "-",

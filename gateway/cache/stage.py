@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import structlog
 
 from gateway.cache.backend import Backend, Entry
@@ -62,6 +63,7 @@ class Lookup:
     hit: Entry | None = None
     vector: np.ndarray | None = None
     candidates: list[tuple[Entry, float, float]] = field(default_factory=list)
+    max_tokens: int | None = None
 
 
 def cache_directives(headers: list[tuple[bytes, bytes]]) -> set[str]:
@@ -124,6 +126,8 @@ class ResponseCache:
             rec.cache = "bypass"
             return
         key = result.key = cache_key(data, namespace_of(headers, key_id), model)
+        limit = data.get("max_completion_tokens", data.get("max_tokens"))
+        result.max_tokens = limit if isinstance(limit, int) else None
         result.store = "no-store" not in directives
         if "no-cache" in directives:
             rec.cache = "bypass"
@@ -168,7 +172,8 @@ class ResponseCache:
     def choose(result: Lookup, point: OperatingPoint) -> Entry | None:
         """The nearest candidate that passes ``point``, or None."""
         for entry, sim, score in result.candidates:
-            if sim >= point.similarity and score >= point.verifier:
+            if sim >= point.similarity and score >= point.verifier \
+                    and _fits(entry, result.max_tokens):
                 return entry
         return None
 
@@ -204,6 +209,14 @@ class ResponseCache:
     async def aclose(self) -> None:
         await self.drain()
         await self.backend.aclose()
+
+
+def _fits(entry: Entry, max_tokens: int | None) -> bool:
+    """A cached answer longer than the request's max_tokens would not have been produced."""
+    if max_tokens is None:
+        return True
+    n = orjson.loads(entry.answer).get("completion_tokens")
+    return n is None or n <= max_tokens
 
 
 class _Bypass(Exception):

@@ -15,6 +15,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-die-after``        streaming: drop the connection after N content chunks
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
 ``x-fake-set-cookie``       send this Set-Cookie header with a completion
+``x-fake-finish``           finish_reason of the answer (default "stop")
 =========================  =========================================================
 
 Every request is recorded (:class:`Record`): headers, JSON body, and monotonic times of
@@ -233,7 +234,8 @@ class FakeUpstream:
                 choice["text"] = piece
             await send(_event({**base, "choices": [choice], **usage_extra}))
             rec.chunks_sent += 1
-        final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+        final: dict[str, Any] = {"index": 0,
+                                 "finish_reason": headers.get("x-fake-finish", "stop")}
         final["delta" if chat else "text"] = {} if chat else ""
         await send(_event({**base, "choices": [final], **usage_extra}))
         if want_usage and headers.get("x-fake-usage") != "0":
@@ -288,8 +290,8 @@ def _completion(data: Any, headers: dict[str, str], chat: bool) -> dict[str, Any
     out: dict[str, Any] = {"id": "chatcmpl-fake", "created": 1_700_000_000, "model": model}
     if chat:
         out["object"] = "chat.completion"
-        out["choices"] = [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                           "message": {"role": "assistant", "content": text}}]
+        out["choices"] = [{"index": 0, "finish_reason": headers.get("x-fake-finish", "stop"),
+                           "logprobs": None, "message": {"role": "assistant", "content": text}}]
     else:
         out["object"] = "text_completion"
         out["choices"] = [{"index": 0, "finish_reason": "stop", "logprobs": None, "text": text}]

