@@ -30,9 +30,9 @@ def start_fake(port: int, capacity: int = 0) -> subprocess.Popen[bytes]:
 
 
 def start_gateway(port: int, fake_port: int, workdir: Path, policy: str = "",
-                  upstream_extra: str = "") -> subprocess.Popen[bytes]:
+                  upstream_extra: str = "", config_extra: str = "") -> subprocess.Popen[bytes]:
     """``gateway serve`` with model ``bench-model`` on the fake upstream (request log on, to
-    /dev/null) and the given policy text."""
+    /dev/null), the given policy text and extra config sections."""
     (workdir / "policy.toml").write_text(policy)
     (workdir / "gateway.toml").write_text(f"""
 [server]
@@ -44,6 +44,7 @@ base_url = "http://127.0.0.1:{fake_port}/v1"
 {upstream_extra}
 [models."bench-model"]
 targets = [{{ upstream = "fake", model = "fake-model" }}]
+{config_extra}
 """)
     return subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],

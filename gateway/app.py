@@ -91,8 +91,10 @@ def create_app(
 
     async def readyz(request: Request) -> Response:
         ready = gw.ready()
-        return _json({"status": "ready" if ready else "not_ready", "upstreams": ready},
-                     200 if ready else 503)
+        body: dict[str, Any] = {"status": "ready" if ready else "not_ready", "upstreams": ready}
+        if gw.cache is not None:  # "exact" while the embedding model is still loading
+            body["cache"] = "semantic" if gw.cache.embed is not None else "exact"
+        return _json(body, 200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(gw.metrics.render(),

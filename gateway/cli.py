@@ -4,6 +4,7 @@
     gateway check FILE
     gateway engine [--model smollm2] [--port 8081] ...   (the local engine alone)
     gateway replay FILE [--base-url URL] [--concurrency N] ...
+    gateway cache calibrate|eval|purge|train ...
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from gateway import replay
 from gateway.auth import Authenticator
+from gateway.cache import cli as cache_cli
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     _engine_arguments(engine)
     engine.set_defaults(func=_engine)
     replay.add_parser(sub)
+    cache_cli.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
