@@ -4,8 +4,9 @@ Each step: every running sequence that is decoding gets its next token; new sequ
 admitted while ``max_num_seqs`` and the KV blocks allow; then prompts are prefilled in
 chunks from what is left of ``max_batch_tokens``, shortest remaining first. A long prompt
 therefore never stalls running decodes, and a short request that arrives behind a long one
-gets its first token in its first step (Orca, OSDI '22; Sarathi-Serve, OSDI '24). A long
-prompt can wait while shorter ones keep arriving; it still gets all budget they leave. When blocks run out
+gets its first token in its first step (Orca, OSDI '22; Sarathi-Serve, OSDI '24). A prefill
+passed over ``starve_steps`` steps in a row jumps the queue, so a stream of short prompts
+cannot starve a long one. When blocks run out
 during decoding, the newest running sequence is preempted and recomputed later.
 """
 
@@ -37,10 +38,12 @@ class Scheduled:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, max_num_seqs: int = 32,
-                 max_batch_tokens: int = 512):
+                 max_batch_tokens: int = 512, starve_steps: int = 8):
         self.blocks = blocks
         self.max_num_seqs = max_num_seqs
         self.max_batch_tokens = max_batch_tokens
+        #: A prefill passed over this many steps in a row goes first (no starvation).
+        self.starve_steps = starve_steps
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preempted = 0
@@ -96,13 +99,16 @@ class Scheduler:
         # long one, and a long one advances by whatever budget is left each step
         decoding = {id(sc.seq) for sc in batch}
         prefills = sorted((s for s in self.running if id(s) not in decoding),
-                          key=lambda s: s.num_tokens - s.num_computed)
+                          key=lambda s: (s.skipped < self.starve_steps,
+                                         s.num_tokens - s.num_computed))
         for seq in prefills:
             if budget <= 0:
-                break
+                seq.skipped += 1
+                continue
             n = min(seq.num_tokens - seq.num_computed, budget)
             batch.append(Scheduled(seq, seq.num_computed, n))
             budget -= n
+            seq.skipped = 0
         return batch
 
     def _preempt(self, seq: Sequence) -> None:

@@ -45,6 +45,7 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)  # of the full blocks so far
     num_computed: int = 0
     num_cached: int = 0  # prompt tokens served from the prefix cache
+    skipped: int = 0  # consecutive steps this prefill got no budget
     arrived: float = field(default_factory=time.perf_counter)
     admitted_at: float | None = None  # first admitted to the running batch
     first_token_at: float | None = None

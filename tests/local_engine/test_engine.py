@@ -100,6 +100,19 @@ def test_short_request_is_not_held_behind_a_long_prompt(
     assert long.first_token_at is None  # still prefilling, chunk by chunk
 
 
+def test_a_long_prompt_is_not_starved_by_a_stream_of_short_ones(
+        make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine(max_batch_tokens=16)
+    long = engine.add(prompt(1, 120), GREEDY)
+    steps = 0
+    while long.first_token_at is None:
+        engine.add(prompt(100 + steps, 16), SamplingParams(temperature=0, max_tokens=1))
+        engine.step()  # each step a new short prompt could take the whole budget
+        steps += 1
+        assert steps < 200
+    assert long.num_computed >= 120
+
+
 def test_cancellation_frees_blocks_within_one_step(make_engine: Callable[..., Engine]) -> None:
     engine = make_engine()
     keep = engine.add(prompt(3, 10), GREEDY)
