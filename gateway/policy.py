@@ -74,8 +74,8 @@ class OperatingPoint:
     """When a semantic-cache candidate is served: cosine similarity at least ``similarity``
     and verifier score at least ``verifier`` (see gateway.cache.verifier)."""
 
-    similarity: float = bounded(0.75, ge=0.0, le=1.0)
-    verifier: float = bounded(0.6, ge=0.0, le=1.0)
+    similarity: float = bounded(0.5, ge=0.0, le=1.0)
+    verifier: float = bounded(0.95, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class CachePolicy:
     operating_point: OperatingPoint = field(default_factory=OperatingPoint)
     #: Used by the degraded-mode ``cache`` action: a looser point, when the alternative is
     #: shedding the request.
-    relaxed: OperatingPoint = field(default_factory=lambda: OperatingPoint(0.7, 0.3))
+    relaxed: OperatingPoint = field(default_factory=lambda: OperatingPoint(0.5, 0.8))
     #: Per public model name: its own operating point.
     routes: dict[str, OperatingPoint] = field(default_factory=dict)
 

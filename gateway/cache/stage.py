@@ -151,8 +151,13 @@ class ResponseCache:
             return
         found = await self._bounded("search", self.backend.search(
             key.scope, result.vector, policy.candidates), timeout)
-        result.candidates = [(e, sim, self._verify(key, result.vector, e, sim))
-                             for e, sim in found]
+        try:
+            result.candidates = [(e, sim, self._verify(key, result.vector, e, sim))
+                                 for e, sim in found]
+        except Exception as exc:  # noqa: BLE001 - a broken entry is a miss, not a 500
+            self.stats.fail("verify")
+            log.warning("cache_verify_failed", error=type(exc).__name__)
+            return
         if result.candidates:
             rec.similarity = round(result.candidates[0][1], 4)
         hit = self.choose(result, policy.point(model))

@@ -10,9 +10,10 @@ vLLM semantic-router #2691). The verifier sees what cosine hides:
 - cosine; word and character-trigram overlap; length ratio; mismatched numbers, capitalised
   names, negations and question words (the classic Quora duplicate-question features).
 
-Model: a one-hidden-layer MLP (scikit-learn for training, numpy at run time), trained only
-on ``qqp_pairs_dev.jsonl`` by ``gateway/cache/train_verifier.py``; the artifact
-(``verifier.npz``, a few hundred KB) ships with the package and loads offline. Scores are
+Model: an ensemble of three one-hidden-layer MLPs (512 units; torch for training, numpy at
+run time, about 1 ms a pair), trained only on ``qqp_pairs_dev.jsonl`` by
+``gateway/cache/train_verifier.py``; the artifact (``verifier.npz``, about 3 MB) ships with
+the package and loads offline. Scores are
 probabilities in [0, 1]; the operating point (cosine floor and score threshold) lives in the
 policy.
 """
@@ -97,9 +98,10 @@ NUM_TEXT_FEATURES = 11
 
 
 def pair_features(a: str, b: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """[2 * dim + 1 + NUM_TEXT_FEATURES] float32: |u-v|, u*v, cosine, text features."""
+    """[3 * dim + 1 + NUM_TEXT_FEATURES] float32: |u-v|, u*v, u+v (the topic: some topics
+    are asked in many forms), cosine, text features. Symmetric in (a, b)."""
     cos = float(u @ v)
-    return np.concatenate([np.abs(u - v), u * v, [cos], text_features(a, b)]).astype(
+    return np.concatenate([np.abs(u - v), u * v, u + v, [cos], text_features(a, b)]).astype(
         np.float32)
 
 
@@ -108,17 +110,25 @@ class Verifier:
 
     def __init__(self, path: Path = ARTIFACT):
         data = np.load(path)
-        self.mean = data["mean"]
-        self.scale = data["scale"]
-        self.w1, self.b1 = data["w1"], data["b1"]
-        self.w2, self.b2 = data["w2"], data["b2"]
+        # k models: mean, scale [k, F] (input standardisation), w1 [k, F, H], b1 [k, H],
+        # w2 [k, H], b2 [k]
+        self.mean, self.scale = data["mean"], data["scale"]
+        self.w1 = data["w1"].astype(np.float32)
+        self.b1, self.w2, self.b2 = data["b1"], data["w2"], data["b2"]
         self.version = str(data["version"])
+        #: The embedding size it was trained on (pairs of other sizes score 0).
+        self.dim = (self.w1.shape[1] - 1 - NUM_TEXT_FEATURES) // 3
 
     def score_features(self, x: np.ndarray) -> np.ndarray:
-        """x: [n, features] -> [n] probabilities."""
-        h = np.maximum((x - self.mean) / self.scale @ self.w1 + self.b1, 0.0)
-        logits = (h @ self.w2 + self.b2).reshape(-1)
-        return 1.0 / (1.0 + np.exp(-logits))
+        """x: [n, features] -> [n] probabilities (the ensemble's mean)."""
+        z = (x[None, :, :] - self.mean[:, None, :]) / self.scale[:, None, :]  # [k, n, F]
+        h = np.maximum(np.einsum("knf,kfh->knh", z, self.w1) + self.b1[:, None, :], 0.0)
+        logits = np.einsum("knh,kh->kn", h, self.w2) + self.b2[:, None]
+        return (1.0 / (1.0 + np.exp(-logits))).mean(axis=0)
 
     def score(self, a: str, b: str, u: np.ndarray, v: np.ndarray) -> float:
+        """P(same question) of texts ``a``, ``b`` with embeddings ``u``, ``v`` [dim]; 0.0 for
+        embeddings of another model's size (never a false "yes")."""
+        if len(u) != self.dim or len(v) != self.dim:
+            return 0.0
         return float(self.score_features(pair_features(a, b, u, v)[None, :])[0])
