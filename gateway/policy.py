@@ -94,6 +94,9 @@ class CachePolicy:
     lookup_timeout_ms: float = bounded(20.0, ge=1.0)
     #: Nearest neighbours checked per lookup.
     candidates: int = bounded(4, ge=1, le=32)
+    #: Lookups waiting for an embedding at once; beyond it, new requests skip the semantic
+    #: layer (exact matches still hit) instead of queueing behind the embedding thread.
+    max_pending_embeddings: int = bounded(16, ge=1)
     operating_point: OperatingPoint = field(default_factory=OperatingPoint)
     #: Used by the degraded-mode ``cache`` action: a looser point, when the alternative is
     #: shedding the request.

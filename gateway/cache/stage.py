@@ -91,6 +91,7 @@ class ResponseCache:
         self.embed = embed
         self.verifier = verifier
         self.stats = CacheStats()
+        self.embedding = 0  # lookups waiting for their embedding now
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def _bounded(self, op: str, work: Awaitable[Any], timeout_s: float) -> Any:
@@ -142,6 +143,11 @@ class ResponseCache:
             return
         if not (policy.semantic and key.scope and self.embed is not None):
             return
+        if self.embedding >= policy.max_pending_embeddings:
+            # The embedding thread is saturated: waiting would cost more than a miss saves.
+            self.stats.fail("embed_busy")
+            return
+        self.embedding += 1
         try:
             async with asyncio.timeout(_EMBED_TIMEOUT_S):
                 result.vector = (await self.embed([key.query or ""]))[0]
@@ -149,6 +155,8 @@ class ResponseCache:
             self.stats.fail("embed")
             log.warning("cache_embed_failed", error=type(exc).__name__)
             return
+        finally:
+            self.embedding -= 1
         found = await self._bounded("search", self.backend.search(
             key.scope, result.vector, policy.candidates), timeout)
         try:

@@ -7,6 +7,7 @@ down scoping, storing and serving; the learned verifier is tested on its own.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import socket
@@ -312,3 +313,25 @@ def test_semantic_hit_respects_max_tokens(cached: GatewayServer, fake: FakeUpstr
     assert short.headers["x-cache"] == "miss"
     long = chat(cached, ask("what is the capital city of france please"), max_tokens=40)
     assert long.headers["x-cache"] == "hit"
+
+
+def test_a_saturated_embedder_is_skipped_not_queued(make_gateway: Callable[..., GatewayServer],
+                                                   fake: FakeUpstream) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    async def slow_embed(texts: list[str]) -> np.ndarray:
+        entered.set()
+        await asyncio.to_thread(release.wait, 5)
+        return await bag_of_words(texts)
+
+    gw = make_gateway(MEMORY, policy=CACHE_POLICY + "max_pending_embeddings = 1\n",
+                      embed=slow_embed)
+    first = threading.Thread(target=lambda: chat(gw, ask("first question")))
+    first.start()
+    assert entered.wait(5)
+    second = chat(gw, ask("second question"))  # does not wait for the busy embedder
+    assert second.status_code == 200 and second.headers["x-cache"] == "miss"
+    release.set()
+    first.join(10)
+    metrics = httpx.get(gw.url + "/metrics").text
+    assert 'gateway_cache_failures_total{op="embed_busy"} 1.0' in metrics
