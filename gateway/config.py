@@ -72,7 +72,7 @@ class EngineOptions:
     #: Loopback port of the engine; 0 picks a free one.
     port: int = bounded(0, ge=0, le=65535)
     #: Memory for the paged KV cache (MiB).
-    kv_cache_mb: int = bounded(256, ge=1)
+    kv_cache_mb: int = bounded(1024, ge=1)
     max_num_seqs: int = bounded(32, ge=1, le=1024)
     #: Tokens computed per engine step (decodes plus prefill chunks).
     max_batch_tokens: int = bounded(512, ge=16)

@@ -37,7 +37,7 @@ class EngineConfig:
     own limit). ``num_blocks``, when set, overrides ``kv_cache_mb``."""
 
     block_size: int = 16
-    kv_cache_mb: int = 256
+    kv_cache_mb: int = 1024
     num_blocks: int | None = None
     max_num_seqs: int = 32
     max_batch_tokens: int = 512

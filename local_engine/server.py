@@ -216,7 +216,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="'smollm2' (default), a safetensors folder or a GGUF file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
-    parser.add_argument("--kv-cache-mb", type=int, default=256)
+    parser.add_argument("--kv-cache-mb", type=int, default=1024)
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--max-batch-tokens", type=int, default=512)
     parser.add_argument("--max-model-len", type=int, default=2048)
