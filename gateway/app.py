@@ -21,7 +21,14 @@ from starlette.routing import Route
 
 from gateway.cache.stage import Embed
 from gateway.config import Config
-from gateway.errors import GatewayError, NotFound, error_body
+from gateway.errors import (
+    GatewayError,
+    InvalidJSON,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    error_body,
+)
 from gateway.passthrough import Passthrough
 from gateway.proxy import ModelEndpoint
 from gateway.requestlog import FLUSH_INTERVAL_S
@@ -103,28 +110,24 @@ def create_app(
     async def purge(request: Request) -> Response:
         """POST /admin/cache/purge {"namespace": "..."}: drop a namespace's cache entries.
         With gateway keys configured, a key may purge only its own namespaces."""
-        if gw.cache is None:
-            return _json({"error": {"message": "the cache is not enabled", "type":
-                                    "invalid_request_error", "param": None,
-                                    "code": "cache_disabled"}}, 400)
         try:
+            if gw.cache is None:
+                raise InvalidRequest("the cache is not enabled", code="cache_disabled")
             key_id = gw.auth.check(request.scope["headers"])
-            body = orjson.loads(await request.body())
+            try:
+                body = orjson.loads(await request.body())
+            except orjson.JSONDecodeError as exc:
+                raise InvalidJSON("the body must be JSON") from exc
+            namespace = body.get("namespace") if isinstance(body, dict) else None
+            if not isinstance(namespace, str) or not namespace:
+                raise InvalidRequest("'namespace' must be a non-empty string",
+                                     param="namespace", code="invalid_value")
+            base = key_id or "default"
+            if key_id is not None and namespace != base and not namespace.startswith(base + "/"):
+                raise PermissionDenied(f"key '{key_id}' may purge only '{base}' and "
+                                       f"'{base}/...'", param="namespace")
         except GatewayError as exc:
             return Response(exc.body(), exc.status, media_type="application/json")
-        except orjson.JSONDecodeError:
-            return Response(error_body("the body must be JSON", "invalid_request_error",
-                                       "invalid_json"), 400, media_type="application/json")
-        namespace = body.get("namespace") if isinstance(body, dict) else None
-        if not isinstance(namespace, str) or not namespace:
-            return Response(error_body("'namespace' must be a non-empty string",
-                                       "invalid_request_error", "invalid_value", "namespace"),
-                            400, media_type="application/json")
-        base = key_id or "default"
-        if key_id is not None and namespace != base and not namespace.startswith(base + "/"):
-            return Response(error_body(f"key '{key_id}' may purge only '{base}' and "
-                                       f"'{base}/...'", "permission_error", "forbidden",
-                                       "namespace"), 403, media_type="application/json")
         removed = await gw.cache.purge(namespace)
         return _json({"namespace": namespace, "removed": removed})
 

@@ -8,6 +8,7 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
      │    ├── InvalidJSON          400 invalid_request_error / invalid_json
      │    └── RequestTooLarge      413 invalid_request_error / request_too_large
      ├── AuthenticationFailed      401 authentication_error / invalid_api_key
+     ├── PermissionDenied          403 permission_error / forbidden
      ├── ModelNotFound             404 invalid_request_error / model_not_found
      ├── NotFound                  404 invalid_request_error / not_found
      ├── UpstreamError             502 upstream_error / upstream_error
@@ -38,6 +39,7 @@ __all__ = [
     "NoUpstreamAvailable",
     "NotFound",
     "Overloaded",
+    "PermissionDenied",
     "RequestTooLarge",
     "TenantLimited",
     "UpstreamError",
@@ -106,6 +108,12 @@ class AuthenticationFailed(GatewayError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
 
 
 class ModelNotFound(GatewayError):

@@ -200,13 +200,15 @@ class ModelEndpoint:
             await send_bytes(send, opened.status, opened.body,
                              forward_response_headers(opened.headers) + extra)
             return
-        storing = lookup is not None and lookup.store and self.gw.cache is not None
-        collector = StreamCollector() if storing else None
+        store = lookup if lookup is not None and lookup.store else None
+        cache = self.gw.cache if store is not None else None
+        collector = StreamCollector() if cache is not None else None
         await self._relay(opened, rec, extra, send, state, hide_usage, collector)
-        if collector is not None and lookup is not None and self.gw.cache is not None \
+        if cache is not None and store is not None and collector is not None \
                 and rec.error_type is None:
-            self.gw.cache.store_later(lookup, collector.answer(rec.finish_reason, rec.usage),
-                                      policy.cache)
+            usage = {"prompt_tokens": rec.prompt_tokens,
+                     "completion_tokens": rec.completion_tokens}
+            cache.store_later(store, collector.answer(rec.finish_reason, usage), policy.cache)
 
     async def _relay(
         self, opened: Opened, rec: RequestRecord, extra: list[tuple[bytes, bytes]],
@@ -249,7 +251,6 @@ class ModelEndpoint:
             out = observer.flush() + error_event(exc.as_dict())
         rec.finish_reason = observer.finish_reason
         rec.take_usage(observer.usage)
-        rec.usage = observer.usage
         if observer.errored and rec.error_type is None:
             rec.error_type = "upstream_error"
         await send({"type": "http.response.body", "body": out, "more_body": False})

@@ -112,7 +112,6 @@ class RequestRecord:
     route_score: float | None = None
     compression: Any = None
     shed: str | None = None
-    usage: dict[str, Any] | None = None  # the raw usage object (not logged)
     retries: int = 0
     cancelled: bool = False
     status: int = 0

@@ -85,13 +85,15 @@ class RedisBackend(Backend):
                             return_fields=["id"], filter_expression=Tag("scope") == scope,
                             num_results=k)
         results: list[dict[str, Any]] = await index.query(query)
+        async with self.client.pipeline(transaction=False) as pipe:  # one round trip
+            for r in results:
+                pipe.hgetall(r["id"])
+            hashes = await pipe.execute()
         out = []
-        for r in results:
-            key = r["id"]
-            h = await self.client.hgetall(key)
+        for r, h in zip(results, hashes, strict=True):
             if not h:  # expired between the search and the read
                 continue
-            entry_id = key.removeprefix(self._entry_key(""))
+            entry_id = r["id"].removeprefix(self._entry_key(""))
             out.append((self._entry(entry_id, h), 1.0 - float(r["vector_distance"])))
         return out
 

@@ -160,14 +160,12 @@ class ResponseCache:
         found = await self._bounded("search", self.backend.search(
             key.scope, result.vector, policy.candidates), timeout)
         try:
-            result.candidates = [(e, sim, self._verify(key, result.vector, e, sim))
+            result.candidates = [(e, sim, self._verify(key, result.vector, e))
                                  for e, sim in found]
         except Exception as exc:  # noqa: BLE001 - a broken entry is a miss, not a 500
             self.stats.fail("verify")
             log.warning("cache_verify_failed", error=type(exc).__name__)
             return
-        if result.candidates:
-            rec.similarity = round(result.candidates[0][1], 4)
         hit = self.choose(result, policy.point(model))
         if hit is not None:
             result.hit = hit
@@ -176,7 +174,7 @@ class ResponseCache:
             best = next((c for c in result.candidates if c[0] is hit), result.candidates[0])
             rec.similarity, rec.verified = round(best[1], 4), round(best[2], 4)
 
-    def _verify(self, key: CacheKey, vector: np.ndarray, entry: Entry, sim: float) -> float:
+    def _verify(self, key: CacheKey, vector: np.ndarray, entry: Entry) -> float:
         if self.verifier is None or entry.vector is None:
             return 1.0
         return self.verifier.score(key.query or "", entry.query, vector, entry.vector)
