@@ -91,6 +91,10 @@ def create_app(
     async def models(request: Request) -> Response:
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
                 for name in gw.models.routes]
+        routing = gw.policy.routing
+        if routing.enabled:  # router aliases ("auto"): a client may ask for them by name
+            data += [{"id": name, "object": "model", "created": 0, "owned_by": "gateway-router"}
+                     for name in routing.routers]
         return _json({"object": "list", "data": data})
 
     async def healthz(request: Request) -> Response:

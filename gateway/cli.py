@@ -5,6 +5,7 @@
     gateway engine [--model smollm2] [--port 8081] ...   (the local engine alone)
     gateway replay FILE [--base-url URL] [--concurrency N] ...
     gateway cache calibrate|eval|purge|train ...
+    gateway route eval|train ...
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from gateway.cache import cli as cache_cli
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
+from gateway.routing import cli as route_cli
+from gateway.routing.stage import RoutingStage
+from gateway.state import ModelTable
 
 __all__ = ["main"]
 
@@ -58,6 +62,10 @@ def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     policy = load_policy(config.policy_path)
     Authenticator(config.auth, source=config.path)  # key variables must be set
+    try:  # routers name models of this config, and artifacts that load
+        RoutingStage().check(policy.routing, ModelTable(config).routes.keys())
+    except ValueError as exc:
+        raise ConfigError(str(config.policy_path), "", str(exc)) from exc
     print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "
           f"model(s); policy {config.policy_path} (version {policy.version!r})")
     return 0
@@ -92,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     engine.set_defaults(func=_engine)
     replay.add_parser(sub)
     cache_cli.add_parser(sub)
+    route_cli.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -164,6 +164,18 @@ class _CacheCollector(Collector):
                                   value=stats.stores)
 
 
+class _RoutingCollector(Collector):
+    def __init__(self, routing: Any):
+        self._routing = routing
+
+    def collect(self) -> Iterator[Metric]:
+        decisions = CounterMetricFamily("gateway_route_decisions", "Routing decisions by "
+                                        "router and chosen tier.", labels=["router", "tier"])
+        for (router, tier), n in self._routing.decisions.items():
+            decisions.add_metric([router, tier], n)
+        yield decisions
+
+
 class _Series:
     """The per-request series of one (route, model, status, upstream) combination."""
 
@@ -195,6 +207,10 @@ class Metrics:
     def watch_cache(self, cache: Any) -> None:
         """Export the response cache's counters (read at scrape time)."""
         self.registry.register(_CacheCollector(cache))
+
+    def watch_routing(self, routing: Any) -> None:
+        """Export the routing stage's decision counters (read at scrape time)."""
+        self.registry.register(_RoutingCollector(routing))
 
     def watch_guards(self, dispatcher: Any) -> None:
         """Export each upstream's admission and breaker state (read at scrape time)."""

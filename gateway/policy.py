@@ -27,7 +27,7 @@ from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
     "CachePolicy", "DegradedPolicy", "OperatingPoint", "Policy", "PolicyStore", "RetryPolicy",
-    "StreamingPolicy", "load_policy",
+    "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "load_policy",
 ]
 
 log = structlog.get_logger("gateway.policy")
@@ -109,6 +109,82 @@ class CachePolicy:
 
 
 @dataclass(frozen=True)
+class RouterPolicy:
+    """One difficulty router: clients ask for it by name as their ``model`` (see
+    gateway.routing). It scores each request (the strong tier's expected accuracy gain over
+    the weak one, in [-1, 1]) and sends it to ``strong`` when the score reaches the
+    threshold, else to ``weak``.
+
+    The threshold comes from exactly one of: ``quality`` (keep at least this fraction of
+    strong-only accuracy, calibrated on the router's dev data), ``strong_share`` (send this
+    fraction of dev traffic to the strong tier) or ``threshold`` (a raw score); with none
+    set, ``quality = 0.95``.
+    """
+
+    weak: str = "small"
+    strong: str = "large"
+    #: A router shipped with the gateway (gateway/routing/artifacts/NAME.npz) or a path.
+    artifact: str = "default"
+    quality: float | None = bounded(None, ge=0.0, le=1.0)
+    strong_share: float | None = bounded(None, ge=0.0, le=1.0)
+    threshold: float | None = bounded(None, ge=-1.0, le=1.0)
+    #: Explicit model names whose requests this router also routes (opt-in); requests for
+    #: any other model name pass through unchanged.
+    models: tuple[str, ...] = ()
+    #: When the chosen tier fails (5xx, 429, unreachable) or sheds, try the other tier.
+    fallback: bool = True
+
+    def __post_init__(self) -> None:
+        chosen = [k for k in ("quality", "strong_share", "threshold") if getattr(self, k) is not None]
+        if len(chosen) > 1:
+            raise ValueError(f"set one of quality, strong_share, threshold (got {', '.join(chosen)})")
+        if self.weak == self.strong:
+            raise ValueError(f"weak and strong are the same tier '{self.weak}'")
+
+
+@dataclass(frozen=True)
+class RoutingPolicy:
+    """Model routing by difficulty: named tiers of public models, and routers over them."""
+
+    enabled: bool = True
+    #: Tier name -> public model names, tried in order (the next on failure or shedding).
+    tiers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Router name (what clients send as ``model``) -> its settings.
+    routers: dict[str, RouterPolicy] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, models in self.tiers.items():
+            if not models:
+                raise ValueError(f"tier '{name}' lists no models")
+        claimed: dict[str, str] = {}
+        for name, router in self.routers.items():
+            for tier in (router.weak, router.strong):
+                if tier not in self.tiers:
+                    known = ", ".join(sorted(self.tiers)) or "none"
+                    raise ValueError(f"router '{name}' names the tier '{tier}', which is not "
+                                     f"in routing.tiers (tiers: {known})")
+            for model in router.models:
+                if model in self.routers:
+                    raise ValueError(f"router '{name}' opts in '{model}', which is a router")
+                if model in claimed:
+                    raise ValueError(f"the model '{model}' is opted into two routers, "
+                                     f"'{claimed[model]}' and '{name}'")
+                claimed[model] = name
+
+    def router_for(self, model: str) -> tuple[str, RouterPolicy] | None:
+        """The router that handles requests for ``model``, or None (pass through)."""
+        if not self.enabled:
+            return None
+        router = self.routers.get(model)
+        if router is not None:
+            return model, router
+        for name, router in self.routers.items():
+            if model in router.models:
+                return name, router
+        return None
+
+
+@dataclass(frozen=True)
 class Policy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
@@ -117,6 +193,7 @@ class Policy:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     degraded: DegradedPolicy = field(default_factory=DegradedPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
+    routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     version: str = "default"
 
 
@@ -132,9 +209,13 @@ class PolicyStore:
     directly (e.g. on SIGHUP); it returns True when a new policy was swapped in.
     """
 
-    def __init__(self, path: str | Path, on_reload: Callable[[bool], None] | None = None):
+    def __init__(self, path: str | Path, on_reload: Callable[[bool], None] | None = None,
+                 check: Callable[[Policy], None] | None = None):
         self.path = Path(path)
-        self.current: Policy = load_policy(self.path)
+        #: Checks against the rest of the gateway (e.g. that tiers name known models): raises
+        #: ValueError, which rejects the policy like a schema error.
+        self._check = check
+        self.current: Policy = self._load()
         self.reloads = 0
         self.rejected = 0
         #: Bumped after every reload attempt, valid or not; see wait_generation().
@@ -148,7 +229,7 @@ class PolicyStore:
                 # Mid-write (truncate, then write): an empty file would silently mean "all
                 # defaults". The write that follows triggers the real reload.
                 raise ConfigError(str(self.path), "", "empty policy file")
-            policy = load_policy(self.path)
+            policy = self._load()
         except (ConfigError, OSError) as exc:
             self.rejected += 1
             log.error("policy_rejected", path=str(self.path), error=str(exc))
@@ -165,6 +246,15 @@ class PolicyStore:
             self.generation += 1
             self._cond.notify_all()
         return ok
+
+    def _load(self) -> Policy:
+        policy = load_policy(self.path)
+        if self._check is not None:
+            try:
+                self._check(policy)
+            except ValueError as exc:
+                raise ConfigError(str(self.path), "", str(exc)) from exc
+        return policy
 
     def wait_generation(self, after: int, timeout: float) -> bool:
         """Block (any thread) until a reload attempt newer than ``after`` finished."""

@@ -10,19 +10,19 @@ arrive; an upstream failure mid-stream becomes an OpenAI error event and the str
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 import structlog
 
-from gateway.admission import PRIORITY_RANK, AdmissionPolicy
+from gateway.admission import PRIORITY_RANK, AdmissionPolicy, Shed
 from gateway.cache.answer import StreamCollector, answer_from_json, hit_body, hit_events
 from gateway.cache.stage import Lookup
 from gateway.config import Target
 from gateway.degraded import serve_or_degrade
 from gateway.dispatch import Opened, Ticket
-from gateway.errors import GatewayError, UpstreamError
+from gateway.errors import GatewayError, NoUpstreamAvailable, UpstreamError, UpstreamTimeout
 from gateway.http import (
     ClientDisconnected,
     forward_request_headers,
@@ -32,7 +32,10 @@ from gateway.http import (
     send_bytes,
     send_error,
 )
+from gateway.policy import RouterPolicy
 from gateway.requestlog import RequestRecord
+from gateway.routing.features import last_user_text
+from gateway.routing.stage import Decision
 from gateway.sse import StreamObserver, error_event
 from gateway.state import Gateway, ModelRoute
 from gateway.types import Receive, Scope, Send
@@ -83,34 +86,52 @@ class ModelEndpoint:
             data = parse_body(body, self.kind)
             rec.model_requested = data["model"]
             rec.stream = bool(data.get("stream"))
-            route = gw.models.resolve(data["model"])
             policy = gw.policy
+            routed = policy.routing.router_for(data["model"]) if self.kind == "chat" else None
+            route: ModelRoute | Decision
+            if routed is None:
+                route = gw.models.resolve(data["model"])
+                cache_scope = route.name
+            else:
+                cache_scope = routed[0]  # the router's name: its answers share one scope
             lookup: Lookup | None = None
             if self.kind == "chat" and gw.cache is not None and policy.cache.enabled:
-                lookup = await gw.cache.lookup(data, headers, route.name, rec.key_id,
+                lookup = await gw.cache.lookup(data, headers, cache_scope, rec.key_id,
                                                policy.cache, rec)
                 if lookup.hit is not None:
                     await _send_hit(lookup, data, rec, extra, send)
                     return
                 extra.append((b"x-cache", (rec.cache or "bypass").encode()))
+            if routed is not None:
+                route = await self._decide(routed[0], routed[1], data, lookup, rec, extra)
             gw.limits.enter(policy.admission, rec.key_id, gw.metrics.in_flight,
                             policy.degraded.min_retry_after_s)
             entered = True
             ticket = _ticket(policy.admission, rec.key_id, headers, len(body))
 
-            async def serve(model: ModelRoute) -> None:
+            async def serve_model(model: ModelRoute, fallback: bool) -> None:
                 limiter = gw.dispatcher.model_limiter(model.name, policy.admission)
                 slot = await limiter.acquire(ticket.priority, ticket.long) if limiter else None
                 try:
                     if rec.stream:
                         await self._stream(data, body, model.targets, headers, rec, extra, send,
-                                           state, ticket, lookup)
+                                           state, ticket, lookup, fallback)
                     else:
                         await self._unary(data, body, model.targets, headers, rec, extra, send,
-                                          ticket, lookup)
+                                          ticket, lookup, fallback)
+                except (UpstreamError, NoUpstreamAvailable) as exc:
+                    if fallback and not state["started"] and not isinstance(exc, UpstreamTimeout):
+                        raise _TierFailed(exc.code) from exc
+                    raise
                 finally:
                     if slot is not None:
                         slot.release()
+
+            async def serve(model: ModelRoute | Decision) -> None:
+                if isinstance(model, ModelRoute):
+                    await serve_model(model, False)
+                else:
+                    await self._serve_chain(model, serve_model, rec, extra)
 
             reroute = gw.models.routes.get(policy.degraded.reroute_model or "")
             async def from_cache(label: str) -> bool:
@@ -148,6 +169,55 @@ class ModelEndpoint:
             gw.metrics.observe(rec)
             gw.logger.emit(rec)
 
+    async def _decide(self, name: str, router: RouterPolicy, data: dict[str, Any],
+                      lookup: Lookup | None, rec: RequestRecord,
+                      extra: list[tuple[bytes, bytes]]) -> Decision:
+        """Choose the tier; the decision goes into the log line and the response headers."""
+        started = time.perf_counter()
+        vector = None
+        if lookup is not None and lookup.vector is not None and lookup.key is not None \
+                and lookup.key.query == last_user_text(data.get("messages")):
+            vector = lookup.vector  # the cache embedded the same text: one embedding
+        decision = await self.gw.routing.decide(name, router, self.gw.policy.routing.tiers,
+                                                data, vector)
+        rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
+        rec.router, rec.route_tier = name, decision.tier
+        rec.route_threshold = round(decision.threshold, 4)
+        extra.append((b"x-route-tier", decision.tier.encode()))
+        if decision.score is not None:
+            rec.route_score = round(decision.score, 4)
+            extra.append((b"x-route-score", f"{decision.score:.4f}".encode()))
+        return decision
+
+    async def _serve_chain(
+        self, decision: Decision,
+        serve_model: Callable[[ModelRoute, bool], Awaitable[None]],
+        rec: RequestRecord, extra: list[tuple[bytes, bytes]],
+    ) -> None:
+        """Try the decision's models in order: on a failure (5xx, 429, unreachable) or
+        shedding, the next one; the last one's answer, whatever it is, goes to the client.
+        Raises Shed when every model shed."""
+        shed: Shed | None = None
+        last = len(decision.chain) - 1
+        for i, (tier, name) in enumerate(decision.chain):
+            model = self.gw.models.routes.get(name)
+            if model is None:  # the policy was checked against the models: cannot happen
+                continue
+            if tier != decision.tier and rec.route_fallback != tier:
+                rec.route_fallback = tier
+                extra.append((b"x-route-fallback", tier.encode()))
+            try:
+                await serve_model(model, i < last)
+                return
+            except Shed as exc:
+                shed = exc
+            except _TierFailed as exc:
+                log.info("route_fallback", request_id=rec.request_id, tier=tier, model=name,
+                         reason=exc.reason)
+        if shed is None:
+            raise NoUpstreamAvailable("no model of the routed tiers is available")
+        raise shed
+
     def _builder(
         self, data: dict[str, Any], raw: bytes, client_headers: list[tuple[bytes, bytes]],
         rec: RequestRecord, changed: bool,
@@ -167,11 +237,13 @@ class ModelEndpoint:
         self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
         headers: list[tuple[bytes, bytes]], rec: RequestRecord,
         extra: list[tuple[bytes, bytes]], send: Send, ticket: Ticket,
-        lookup: Lookup | None = None,
+        lookup: Lookup | None = None, fallback: bool = False,
     ) -> None:
         build = self._builder(data, raw, headers, rec, changed=False)
         _, reply = await self.gw.dispatcher.unary(targets, build, self.gw.policy, rec, ticket)
         rec.upstream_ended = time.perf_counter()
+        if fallback and _failed(reply.status):
+            raise _TierFailed(f"status {reply.status}")
         _observe_reply(reply, rec)
         await send_bytes(send, reply.status, reply.body,
                          forward_response_headers(reply.headers) + extra)
@@ -185,7 +257,7 @@ class ModelEndpoint:
         self, data: dict[str, Any], raw: bytes, targets: tuple[Target, ...],
         headers: list[tuple[bytes, bytes]], rec: RequestRecord,
         extra: list[tuple[bytes, bytes]], send: Send, state: dict[str, bool], ticket: Ticket,
-        lookup: Lookup | None = None,
+        lookup: Lookup | None = None, fallback: bool = False,
     ) -> None:
         policy = self.gw.policy
         options = data.get("stream_options") or {}
@@ -196,6 +268,8 @@ class ModelEndpoint:
         _, opened = await self.gw.dispatcher.stream(targets, build, policy, rec, ticket)
         if isinstance(opened, Reply):  # the upstream refused with a status: pass it on
             rec.upstream_ended = time.perf_counter()
+            if fallback and _failed(opened.status):
+                raise _TierFailed(f"status {opened.status}")
             _observe_reply(opened, rec)
             await send_bytes(send, opened.status, opened.body,
                              forward_response_headers(opened.headers) + extra)
@@ -280,6 +354,18 @@ async def _send_hit(lookup: Lookup, data: dict[str, Any], rec: RequestRecord,
     else:
         await send_bytes(send, 200, hit_body(stored),
                          [(b"content-type", b"application/json")] + headers)
+
+
+class _TierFailed(Exception):
+    """A routed model failed before any byte reached the client: try the next one."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _failed(status: int) -> bool:
+    return status >= 500 or status == 429
 
 
 def _observe_reply(reply: Reply, rec: RequestRecord) -> None:

@@ -30,6 +30,12 @@ cache_layer        ``exact`` or ``semantic`` on a hit
 similarity         cosine similarity of the best semantic candidate
 verified           the verifier's score of the served (or best rejected) candidate
 lookup_ms          time spent in the cache lookup (embedding included)
+router             the router that chose the tier (the requested alias), else null
+route_tier         the tier the router chose
+route_score        the router's score, P(strong tier needed); null without an embedding
+route_threshold    the score at or above which the strong tier is chosen
+route_fallback     the tier that served instead, when the chosen tier failed or shed
+route_ms           time spent deciding (embedding included when the cache had none)
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -62,7 +68,8 @@ FIELDS = (
     "prompt_tokens",
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
-    "cache_layer", "similarity", "verified", "lookup_ms",
+    "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
+    "route_fallback", "route_ms",
 )
 
 
@@ -110,6 +117,10 @@ class RequestRecord:
     lookup_ms: float | None = None
     route_tier: str | None = None
     route_score: float | None = None
+    router: str | None = None
+    route_threshold: float | None = None
+    route_fallback: str | None = None
+    route_ms: float | None = None
     compression: Any = None
     shed: str | None = None
     retries: int = 0

@@ -23,6 +23,7 @@ from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
 from gateway.policy import Policy, PolicyStore
 from gateway.requestlog import RequestIds, RequestLogger
+from gateway.routing.stage import RoutingStage
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 
@@ -88,9 +89,13 @@ class Gateway:
     ):
         self.config = config
         self.metrics = Metrics()
-        self.policies = PolicyStore(config.policy_path, on_reload=self._policy_reloaded)
-        self.auth = Authenticator(config.auth, source=config.path)
         self.models = ModelTable(config)
+        self.routing = RoutingStage(embed)
+        self.metrics.watch_routing(self.routing)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.policies = PolicyStore(config.policy_path, on_reload=self._policy_reloaded,
+                                    check=self._check_policy)
+        self.auth = Authenticator(config.auth, source=config.path)
         self.upstreams = upstreams if upstreams is not None else {
             name: build_upstream(name, up) for name, up in config.upstreams.items()
         }
@@ -109,10 +114,27 @@ class Gateway:
     def policy(self) -> Policy:
         return self.policies.current
 
+    def _check_policy(self, policy: Policy) -> None:
+        self.routing.check(policy.routing, self.models.routes.keys())
+
     def _policy_reloaded(self, ok: bool) -> None:
+        """Runs on the reloading thread."""
         self.metrics.policy_reloads.labels("ok" if ok else "rejected").inc()
         if ok:
             self.dispatcher.update(self.policies.current)
+            if self._loop is not None and self._wants_embedder():
+                self._loop.call_soon_threadsafe(self._start_embedder)
+
+    def _wants_embedder(self) -> bool:
+        """The semantic cache or a router needs embeddings and none were given."""
+        cache = self.cache is not None and self.cache.embed is None \
+            and self.config.cache.semantic
+        routing = self.routing.embed is None and bool(self.policy.routing.routers)
+        return cache or routing
+
+    def _start_embedder(self) -> None:
+        if self._loading is None and self._embedder is None:
+            self._loading = asyncio.create_task(self._load_embedder())
 
     def ready(self) -> list[str]:
         """Upstreams that can take traffic now: enabled, and their breaker not open."""
@@ -131,10 +153,11 @@ class Gateway:
         for upstream in self.upstreams.values():
             if upstream.enabled:
                 await upstream.start()
-        if self.cache is not None and self.cache.embed is None and self.config.cache.semantic:
+        self._loop = asyncio.get_running_loop()
+        if self._wants_embedder():
             # The embedding model loads in the background: until it is ready, the cache
-            # serves exact matches only.
-            self._loading = asyncio.create_task(self._load_embedder())
+            # serves exact matches only and routers send requests to their strong tier.
+            self._start_embedder()
 
     async def _load_embedder(self) -> None:
         from local_engine.async_engine import AsyncEngine
@@ -142,8 +165,10 @@ class Gateway:
 
         embedder = await asyncio.to_thread(Embedder.load)
         self._embedder = AsyncEngine(None, embedder).start()
-        assert self.cache is not None
-        self.cache.embed = self._embedder.embed
+        if self.cache is not None and self.config.cache.semantic and self.cache.embed is None:
+            self.cache.embed = self._embedder.embed
+        if self.routing.embed is None:
+            self.routing.embed = self._embedder.embed
 
     async def aclose(self) -> None:
         if self._loading is not None:

@@ -38,8 +38,9 @@ class PairScores:
 def score_pairs(path: Path, use_oof: bool = True) -> PairScores:
     """Embed and score every pair with the shipped verifier. On the verifier's own training
     file, its out-of-fold scores are used instead (so calibration is not in-sample)."""
-    from gateway.cache.train_verifier import embed_texts, load_pairs
+    from gateway.cache.train_verifier import load_pairs
     from gateway.cache.verifier import ARTIFACT, Verifier, pair_features
+    from gateway.embeddings import embed_texts
 
     a, b, y = load_pairs(path)
     ea, eb = embed_texts(a), embed_texts(b)

@@ -12,15 +12,15 @@ calibrate`` uses to pick an operating point without touching the test split.
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from gateway.cache.verifier import ARTIFACT, pair_features
+from gateway.embeddings import embed_texts
 
-__all__ = ["embed_texts", "load_pairs", "main"]
+__all__ = ["load_pairs", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT.parent / "shared" / "data" / "semantic_cache" / "qqp_pairs_dev.jsonl"
@@ -37,22 +37,6 @@ def load_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
             b.append(str(row["text_b"]))
             y.append(int(row["label"]))
     return a, b, np.array(y, dtype=np.int64)
-
-
-def embed_texts(texts: list[str], cache: bool = True) -> np.ndarray:
-    """[n, 384] unit vectors, batched; memoised on disk by the texts' hash."""
-    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:24]
-    path = ROOT / ".cache" / "embeddings" / f"{digest}.npy"
-    if cache and path.exists():
-        return np.load(path)
-    from local_engine.embedder import Embedder
-
-    embedder = Embedder.load()
-    out = np.concatenate([embedder(texts[i:i + 256]) for i in range(0, len(texts), 256)])
-    if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, out)
-    return out
 
 
 def features(a: list[str], b: list[str]) -> np.ndarray:
