@@ -191,7 +191,7 @@ def live(name: str, n: int) -> dict[str, Any]:
 [server]
 policy = "policy.toml"
 [logging]
-requests = true
+requests = false  # the records come to the sink below, printed on stderr
 [upstreams.local]
 type = "local"
 [upstreams.local.engine]
