@@ -15,7 +15,9 @@
     both turns): the same figures on open chat, scoring each question by its first turn.
 (c) Router latency on CPU: the decision on top of a given embedding (text features and the
     ensemble), and with the embedding (all-MiniLM-L6-v2 through the engine thread, as the
-    request path does when the cache has not embedded the text), p50/p99 ms.
+    request path does when the cache has not embedded the text), p50/p99 ms; on 300 test
+    prompts (mostly MMLU questions with their four choices) and on the 160 real chat
+    prompts of MT-Bench and Vicuna (first turns).
 (d) Live: a gateway whose small tier is the local engine (SmolLM2-135M) and whose large tier
     is a fake OpenAI upstream; the openai SDK sends model="auto"; each decision is printed
     from the response headers and the gateway's log line.
@@ -137,6 +139,7 @@ def mt_bench(stage: RoutingStage, artifact: str, threshold: float) -> dict[str, 
 
 
 def latency(stage: RoutingStage, name: str, n: int = 300) -> dict[str, Any]:
+    """Per request, sequentially: the decision given the embedding, and with it computed."""
     from local_engine.async_engine import AsyncEngine
     from local_engine.embedder import Embedder
 
@@ -144,29 +147,42 @@ def latency(stage: RoutingStage, name: str, n: int = 300) -> dict[str, Any]:
     router = policy.routers[name]
     data = load_prompts(DATA / "routing" / "labeled_prompts_test.jsonl")
     rng = np.random.default_rng(0)
-    prompts = [data.prompts[i] for i in rng.choice(len(data.prompts), n, replace=False)]
-    vectors = embed_texts(prompts)
-    bodies = [{"messages": [{"role": "user", "content": p}]} for p in prompts]
+    sets = {"test_split": [data.prompts[i]
+                           for i in rng.choice(len(data.prompts), n, replace=False)]}
+    chat = []
+    for f in ("mt_bench_questions.jsonl", "vicuna_bench_questions.jsonl"):
+        chat += [orjson.loads(line)["turns"][0]
+                 for line in (DATA / "prompts" / f).read_bytes().splitlines()]
+    sets["chat_prompts"] = chat
 
     async def run() -> dict[str, Any]:
-        engine = AsyncEngine(None, Embedder.load()).start()
+        embedder = Embedder.load()
+        engine = AsyncEngine(None, embedder).start()
+        out: dict[str, Any] = {"embedder": embedder.backend}
         try:
             stage.embed = engine.embed
-            given, full = [], []
-            for body, vector in zip(bodies, vectors, strict=True):
-                t = time.perf_counter()
-                await stage.decide(name, router, policy.tiers, body, vector)
-                given.append((time.perf_counter() - t) * 1000)
-            for body in bodies[:20]:  # warm the embedding path
-                await stage.decide(name, router, policy.tiers, body)
-            for body in bodies:
-                t = time.perf_counter()
-                await stage.decide(name, router, policy.tiers, body)
-                full.append((time.perf_counter() - t) * 1000)
+            for label, prompts in sets.items():
+                tokens = [embedder.count_tokens([p]) for p in prompts]
+                vectors = embed_texts(prompts)
+                bodies = [{"messages": [{"role": "user", "content": p}]} for p in prompts]
+                given, full = [], []
+                for body, vector in zip(bodies, vectors, strict=True):
+                    t = time.perf_counter()
+                    await stage.decide(name, router, policy.tiers, body, vector)
+                    given.append((time.perf_counter() - t) * 1000)
+                for body in bodies[:20]:  # warm the embedding path
+                    await stage.decide(name, router, policy.tiers, body)
+                for body in bodies:
+                    t = time.perf_counter()
+                    await stage.decide(name, router, policy.tiers, body)
+                    full.append((time.perf_counter() - t) * 1000)
+                out[label] = {"requests": len(prompts), "tokens_p50": float(np.median(tokens)),
+                              "router_p50_ms": pct(given, 50), "router_p99_ms": pct(given, 99),
+                              "with_embedding_p50_ms": pct(full, 50),
+                              "with_embedding_p99_ms": pct(full, 99)}
         finally:
             engine.close()
-        return {"requests": n, "router_p50_ms": pct(given, 50), "router_p99_ms": pct(given, 99),
-                "with_embedding_p50_ms": pct(full, 50), "with_embedding_p99_ms": pct(full, 99)}
+        return out
 
     return asyncio.run(run())
 
@@ -250,8 +266,9 @@ def main() -> None:
         f"{s}: weak share at 95% {q[s]['weak_share_at_95pct']:.3f} vs random "
         f"{q[s]['random_weak_share_at_95pct']:.3f}, CPT50 {q[s]['cpt_50']:.3f}, "
         f"CPT80 {q[s]['cpt_80']:.3f}" for s in ("gsm8k", "mmlu", "all", "mt_bench"))
-        + f" | router p50 {lat['router_p50_ms']} ms, with embedding "
-          f"{lat['with_embedding_p50_ms']} ms")
+        + "".join(f" | {k}: router p50 {lat[k]['router_p50_ms']} ms, with embedding "
+                  f"{lat[k]['with_embedding_p50_ms']} ms ({lat[k]['tokens_p50']:.0f} tokens)"
+                  for k in ("test_split", "chat_prompts")))
 
 
 if __name__ == "__main__":
