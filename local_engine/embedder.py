@@ -138,6 +138,9 @@ def _onnx_session(model: Any, source: Path) -> Any:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.inter_op_num_threads = 1
+    # One short text gains little past a few cores, and ORT's threads spin between calls:
+    # on a big node, all cores would spin for every embedding.
+    options.intra_op_num_threads = min(4, os.cpu_count() or 1)
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
