@@ -351,3 +351,23 @@ def test_gateway_check_reports_an_unknown_tier_model(tmp_path, fake_server, arti
     (tmp_path / "gateway.toml").write_text(gateway_toml(fake_server.url, MODELS))
     assert main(["check", str(tmp_path / "gateway.toml")]) == 2
     assert "the model 'gpt-9' is not configured" in capsys.readouterr().err
+
+
+def test_router_added_by_reload_loads_the_embedder(make_gateway, fake, artifact):
+    gw = make_gateway(MODELS, watch=True)  # no cache, no router: no embedding model loaded
+    assert gw.gateway.routing.embed is None
+    store: PolicyStore = gw.gateway.policies
+    generation = store.generation
+    gw.policy_path.write_text(routing_policy(artifact).replace(
+        f'artifact = "{artifact}"', 'artifact = "default"'))
+    assert store.wait_generation(generation, timeout=10) and store.rejected == 0
+
+    async def loaded() -> None:
+        task = gw.gateway._loading  # started by the reload (call_soon_threadsafe ran first)
+        assert task is not None
+        await task
+
+    gw.run(loaded(), timeout=120)
+    response, _ = ask(gw, "Say hello")
+    assert response.headers["x-route-tier"] in ("small", "large")
+    assert "x-route-score" in response.headers  # scored: the embedding was there
