@@ -131,7 +131,8 @@ class RouterPolicy:
     #: Explicit model names whose requests this router also routes (opt-in); requests for
     #: any other model name pass through unchanged.
     models: tuple[str, ...] = ()
-    #: When the chosen tier fails (5xx, 429, unreachable) or sheds, try the other tier.
+    #: When the chosen tier fails (5xx, 429, unreachable, prompt too long for its context)
+    #: or sheds, try the other tier.
     fallback: bool = True
 
     def __post_init__(self) -> None:

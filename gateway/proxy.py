@@ -194,8 +194,8 @@ class ModelEndpoint:
         serve_model: Callable[[ModelRoute, bool], Awaitable[None]],
         rec: RequestRecord, extra: list[tuple[bytes, bytes]],
     ) -> None:
-        """Try the decision's models in order: on a failure (5xx, 429, unreachable) or
-        shedding, the next one; the last one's answer, whatever it is, goes to the client.
+        """Try the decision's models in order: on a failure (5xx, 429, unreachable, prompt
+        too long for its context) or shedding, the next one; the last one's answer, whatever it is, goes to the client.
         Raises Shed when every model shed."""
         shed: Shed | None = None
         last = len(decision.chain) - 1
@@ -242,7 +242,7 @@ class ModelEndpoint:
         build = self._builder(data, raw, headers, rec, changed=False)
         _, reply = await self.gw.dispatcher.unary(targets, build, self.gw.policy, rec, ticket)
         rec.upstream_ended = time.perf_counter()
-        if fallback and _failed(reply.status):
+        if fallback and _failed(reply):
             raise _TierFailed(f"status {reply.status}")
         _observe_reply(reply, rec)
         await send_bytes(send, reply.status, reply.body,
@@ -268,7 +268,7 @@ class ModelEndpoint:
         _, opened = await self.gw.dispatcher.stream(targets, build, policy, rec, ticket)
         if isinstance(opened, Reply):  # the upstream refused with a status: pass it on
             rec.upstream_ended = time.perf_counter()
-            if fallback and _failed(opened.status):
+            if fallback and _failed(opened):
                 raise _TierFailed(f"status {opened.status}")
             _observe_reply(opened, rec)
             await send_bytes(send, opened.status, opened.body,
@@ -364,8 +364,18 @@ class _TierFailed(Exception):
         self.reason = reason
 
 
-def _failed(status: int) -> bool:
-    return status >= 500 or status == 429
+def _failed(reply: Reply) -> bool:
+    """Worth the next routed tier: 5xx, 429, or a prompt too long for this model's context
+    (the other tier may have a longer one)."""
+    if reply.status >= 500 or reply.status == 429:
+        return True
+    if reply.status == 400 and b"context_length_exceeded" in reply.body:
+        try:
+            error = orjson.loads(reply.body).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            return False
+        return isinstance(error, dict) and error.get("code") == "context_length_exceeded"
+    return False
 
 
 def _observe_reply(reply: Reply, rec: RequestRecord) -> None:

@@ -8,6 +8,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-itl-ms``           delay between streamed chunks (default 0)
 ``x-fake-tokens``           content chunks in the reply (default 8)
 ``x-fake-status``           answer this HTTP status with an OpenAI error body
+``x-fake-error-code``       the ``error.code`` of that body (default null)
 ``x-fake-retry-after``      Retry-After header (seconds) sent with that status
 ``x-fake-retry-after-ms``   retry-after-ms header (OpenAI's millisecond variant)
 ``x-fake-fail-times``       fail only the first N requests carrying the same
@@ -172,7 +173,7 @@ class FakeUpstream:
             if "x-fake-retry-after-ms" in headers:
                 extra.append((b"retry-after-ms", headers["x-fake-retry-after-ms"].encode()))
             err = {"message": f"fake upstream error {status}", "type": "server_error",
-                   "param": None, "code": None}
+                   "param": None, "code": headers.get("x-fake-error-code")}
             await _send_json(send, status, {"error": err}, rec, extra)
             return
         if path.endswith(("/chat/completions", "/completions")):

@@ -306,6 +306,22 @@ def test_failing_tier_falls_back_to_the_other(make_gateway, fake, artifact):
     assert record["model_served"] == "large-upstream"
 
 
+def test_prompt_too_long_for_the_small_tier_falls_back(make_gateway, fake, artifact):
+    gw = make_gateway(MODELS, policy=routing_policy(artifact), embed=constant_embed)
+    too_long = {"x-fake-fail-times": "1", "x-fake-status": "400", "x-fake-key": "ctx",
+                "x-fake-error-code": "context_length_exceeded"}
+    response, completion = ask(gw, EASY, **too_long)
+    assert response.headers["x-route-fallback"] == "large"
+    assert completion.model == "large-upstream"
+
+
+def test_other_client_errors_do_not_fall_back(make_gateway, fake, artifact):
+    gw = make_gateway(MODELS, policy=routing_policy(artifact), embed=constant_embed)
+    with pytest.raises(openai.BadRequestError):
+        ask(gw, EASY, **{"x-fake-status": "400"})
+    assert [r.json["model"] for r in fake.records] == ["small-upstream"]  # large never saw it
+
+
 def test_unreachable_tier_falls_back_when_streaming(make_gateway, fake, artifact):
     tiers = 'small = ["dead-small"]\nlarge = ["large-model"]'
     gw = make_gateway(MODELS, policy=routing_policy(artifact, tiers=tiers), embed=constant_embed)
