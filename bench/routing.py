@@ -166,9 +166,9 @@ def latency(stage: RoutingStage, name: str, n: int = 300) -> dict[str, Any]:
                 vectors = embed_texts(prompts)
                 bodies = [{"messages": [{"role": "user", "content": p}]} for p in prompts]
                 given, full = [], []
-                for body, vector in zip(bodies, vectors, strict=True):
+                for prompt, body, vector in zip(prompts, bodies, vectors, strict=True):
                     t = time.perf_counter()
-                    await stage.decide(name, router, policy.tiers, body, vector)
+                    await stage.decide(name, router, policy.tiers, body, (prompt, vector))
                     given.append((time.perf_counter() - t) * 1000)
                 for body in bodies[:20]:  # warm the embedding path
                     await stage.decide(name, router, policy.tiers, body)

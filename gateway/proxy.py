@@ -34,7 +34,6 @@ from gateway.http import (
 )
 from gateway.policy import RouterPolicy
 from gateway.requestlog import RequestRecord
-from gateway.routing.features import last_user_text
 from gateway.routing.stage import Decision
 from gateway.sse import StreamObserver, error_event
 from gateway.state import Gateway, ModelRoute
@@ -174,12 +173,11 @@ class ModelEndpoint:
                       extra: list[tuple[bytes, bytes]]) -> Decision:
         """Choose the tier; the decision goes into the log line and the response headers."""
         started = time.perf_counter()
-        vector = None
-        if lookup is not None and lookup.vector is not None and lookup.key is not None \
-                and lookup.key.query == last_user_text(data.get("messages")):
-            vector = lookup.vector  # the cache embedded the same text: one embedding
+        known: tuple[str | None, Any] = (None, None)
+        if lookup is not None and lookup.key is not None:  # what the cache embedded
+            known = (lookup.key.query, lookup.vector)
         decision = await self.gw.routing.decide(name, router, self.gw.policy.routing.tiers,
-                                                data, vector)
+                                                data, known)
         rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
         rec.router, rec.route_tier = name, decision.tier
         rec.route_threshold = round(decision.threshold, 4)
@@ -200,9 +198,7 @@ class ModelEndpoint:
         shed: Shed | None = None
         last = len(decision.chain) - 1
         for i, (tier, name) in enumerate(decision.chain):
-            model = self.gw.models.routes.get(name)
-            if model is None:  # the policy was checked against the models: cannot happen
-                continue
+            model = self.gw.models.routes[name]  # the policy was checked against them
             if tier != decision.tier and rec.route_fallback != tier:
                 rec.route_fallback = tier
                 extra.append((b"x-route-fallback", tier.encode()))

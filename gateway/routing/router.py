@@ -28,7 +28,7 @@ import numpy as np
 
 from gateway.routing.features import FEATURE_NAMES
 
-__all__ = ["ARTIFACTS", "Router", "artifact_path"]
+__all__ = ["ARTIFACTS", "Router", "artifact_path", "ensemble_gain"]
 
 ARTIFACTS = Path(__file__).with_name("artifacts")
 
@@ -38,6 +38,22 @@ def artifact_path(name: str) -> Path:
     if "/" in name or name.endswith(".npz"):
         return Path(name)
     return ARTIFACTS / f"{name}.npz"
+
+
+Linear = tuple[np.ndarray, np.ndarray]  # w [F, 3], b [3]
+Mlp = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # w1 [F, H], b1 [H], w2 [H, 3], b2 [3]
+
+
+def ensemble_gain(z: np.ndarray, linear: Linear, mlps: list[Mlp]) -> np.ndarray:
+    """Standardised inputs z [..., F] -> [...] the ensemble's mean of P(only strong right) -
+    P(only weak right), each member a softmax over (only weak right, same, only strong
+    right). Shared by training and serving, so the two compute the same score."""
+    w, b = linear
+    logits = [z @ w + b] + [np.maximum(z @ w1 + b1, 0.0) @ w2 + b2 for w1, b1, w2, b2 in mlps]
+    stacked = np.stack(logits)
+    p = np.exp(stacked - stacked.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return (p[..., 2] - p[..., 0]).mean(axis=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +82,8 @@ class Router:
         self.dim = int(data["dim"])
         self.mean = data["mean"].astype(np.float32)
         self.scale = data["scale"].astype(np.float32)
-        self.linear = (data["lr_w"].astype(np.float32), data["lr_b"].astype(np.float32))
-        self.mlps = [tuple(data[f"mlp{i}_{k}"].astype(np.float32) for k in ("w1", "b1", "w2", "b2"))
+        self.linear: Linear = (data["lr_w"].astype(np.float32), data["lr_b"].astype(np.float32))
+        self.mlps: list[Mlp] = [tuple(data[f"mlp{i}_{k}"].astype(np.float32) for k in ("w1", "b1", "w2", "b2"))
                      for i in range(int(data["n_mlp"]))]
         self.calibration = Calibration(data["cal_thresholds"], data["cal_weak_share"],
                                        data["cal_quality"])
@@ -81,15 +97,7 @@ class Router:
     def score(self, vector: np.ndarray, features: np.ndarray) -> float:
         """Expected accuracy gain of the strong tier, in [-1, 1]: the ensemble's mean of
         P(only strong right) - P(only weak right)."""
-        x = self.inputs(vector, features)
-        w, b = self.linear
-        logits = [x @ w + b]
-        for w1, b1, w2, b2 in self.mlps:
-            logits.append(np.maximum(x @ w1 + b1, 0.0) @ w2 + b2)
-        z = np.stack(logits)
-        p = np.exp(z - z.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        return float(np.mean(p[:, 2] - p[:, 0]))
+        return float(ensemble_gain(self.inputs(vector, features), self.linear, self.mlps))
 
     def threshold(self, quality: float | None = None, strong_share: float | None = None
                   ) -> float:

@@ -10,13 +10,14 @@ still loading, failed or timed out), the request goes to the strong tier: qualit
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import structlog
 
+from gateway.cache.stage import Embed
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.features import last_user_text, text_features, user_turns
 from gateway.routing.router import Router, artifact_path
@@ -25,7 +26,6 @@ __all__ = ["Decision", "RoutingStage"]
 
 log = structlog.get_logger("gateway.routing")
 
-Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 _EMBED_TIMEOUT_S = 1.0
 
 
@@ -34,7 +34,6 @@ class Decision:
     """``tier``: the chosen tier; ``score``: P(strong needed), None without an embedding;
     ``chain``: (tier, public model) pairs in the order to try them."""
 
-    router: str
     tier: str
     score: float | None
     threshold: float
@@ -90,20 +89,20 @@ class RoutingStage:
                 policy.quality, policy.strong_share)
         return value
 
-    def score(self, policy: RouterPolicy, data: dict[str, Any], vector: np.ndarray) -> float:
-        """The router's score for a request whose last user message embeds to ``vector``."""
-        messages = data.get("messages")
-        features = text_features(last_user_text(messages), user_turns(messages))
-        return self.router(policy.artifact).score(vector, features)
-
     async def decide(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
-                     data: dict[str, Any], vector: np.ndarray | None = None) -> Decision:
-        """Route one request; ``vector`` is the embedding of its last user message when an
-        earlier stage has it. Never raises for embedding trouble (strong tier instead)."""
+                     data: dict[str, Any],
+                     known: tuple[str | None, np.ndarray | None] = (None, None)) -> Decision:
+        """Route one request. ``known``: a text an earlier stage embedded and its vector,
+        reused when it is this request's last user message (one embedding per request).
+        Never raises for embedding trouble (strong tier instead)."""
+        messages = data.get("messages")
+        text = last_user_text(messages)
+        vector = known[1] if known[0] == text else None
         if vector is None:
-            vector = await self._embed(last_user_text(data.get("messages")))
+            vector = await self._embed(text)
         threshold = self.threshold(policy)
-        score = None if vector is None else self.score(policy, data, vector)
+        score = None if vector is None else self.router(policy.artifact).score(
+            vector, text_features(text, user_turns(messages)))
         tier = policy.strong if score is None or score >= threshold else policy.weak
         order = [tier]
         if policy.fallback:
@@ -111,7 +110,7 @@ class RoutingStage:
         chain = tuple((t, model) for t in order for model in tiers[t])
         key = (name, tier)
         self.decisions[key] = self.decisions.get(key, 0) + 1
-        return Decision(name, tier, score, threshold, chain)
+        return Decision(tier, score, threshold, chain)
 
     async def _embed(self, text: str) -> np.ndarray | None:
         if self.embed is None:

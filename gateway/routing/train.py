@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from gateway.routing.features import FEATURE_NAMES, text_features
-from gateway.routing.router import ARTIFACTS
+from gateway.routing.router import ARTIFACTS, ensemble_gain
 
 __all__ = ["LabeledPrompts", "Model", "curve", "fit", "load_prompts", "main", "outcome",
            "save_artifact"]
@@ -93,14 +93,6 @@ def _fit_mlp(x: np.ndarray, y: np.ndarray, seed: int, hidden: int, epochs: int
             last.weight.detach().numpy().T.copy(), last.bias.detach().numpy().copy())
 
 
-def _gain(logits: np.ndarray) -> np.ndarray:
-    """Softmax over (weak only right, same, strong only right) -> P(strong only) - P(weak only)."""
-    z = logits - logits.max(-1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(-1, keepdims=True)
-    return p[..., 2] - p[..., 0]
-
-
 @dataclass
 class Model:
     mean: np.ndarray
@@ -111,10 +103,7 @@ class Model:
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """[n] expected accuracy gain of the strong tier, in [-1, 1]."""
-        z = (x - self.mean) / self.scale
-        gains = [_gain(z @ self.lr_w + self.lr_b)]
-        gains += [_gain(np.maximum(z @ w1 + b1, 0.0) @ w2 + b2) for w1, b1, w2, b2 in self.mlps]
-        return np.mean(gains, axis=0)
+        return ensemble_gain((x - self.mean) / self.scale, (self.lr_w, self.lr_b), self.mlps)
 
 
 def outcome(weak: np.ndarray, strong: np.ndarray) -> np.ndarray:
