@@ -5,6 +5,13 @@ when it stops; in between, the engine is an OpenAI-compatible upstream like any 
 client disconnect closes the connection, which aborts the engine's request). A separate
 process keeps model work off the gateway's event loop and its GIL. Requests that arrive
 while the model is still loading wait for it (up to ``engine.start_timeout_ms``).
+
+If the engine dies after it has served (a crash, the OOM killer), the gateway starts it
+again, after 0.5 s doubling to 30 s while it keeps dying; requests wait for the restart as
+they wait for a first start, and a request whose connection found the engine dead is sent
+again once it is back (the dead engine kept nothing of it). An engine that dies before it
+ever answers /healthz fails requests at once, naming its exit status, until a restart
+succeeds.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import sys
 import time
 
 import aiohttp
+import structlog
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamUnreachable
@@ -28,6 +36,10 @@ from gateway.upstreams.openai import OpenAIUpstream
 __all__ = ["LocalUpstream"]
 
 _PR_SET_PDEATHSIG = 1
+RESTART_DELAY_S = (0.5, 30.0)  # first and longest wait before restarting a dead engine
+STEADY_S = 60.0  # an engine up this long counts as healthy again: the wait starts over
+
+log = structlog.get_logger("gateway.upstreams.local")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -44,11 +56,13 @@ class LocalUpstream(OpenAIUpstream):
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._process: asyncio.subprocess.Process | None = None
         self._ready = asyncio.Event()
-        self._watch: asyncio.Task[None] | None = None
+        self._start_failed: int | None = None  # exit status of an engine that never came up
+        self._supervisor: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set()
+        process = self._process
+        return self._ready.is_set() and process is not None and process.returncode is None
 
     def command(self) -> list[str]:
         e = self.engine
@@ -62,22 +76,46 @@ class LocalUpstream(OpenAIUpstream):
 
     async def start(self) -> None:
         """Spawn the engine (its output goes to the gateway's stderr, keeping stdout for
-        request log lines) and watch for it to answer /healthz."""
+        request log lines) and supervise it: ready once it answers /healthz, restarted when
+        it dies."""
+        process = await self._spawn()
+        self._supervisor = asyncio.create_task(self._supervise(process))
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
         self._process = await asyncio.create_subprocess_exec(
             *self.command(), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
             preexec_fn=_die_with_parent)
-        self._watch = asyncio.create_task(self._wait_healthy())
+        return self._process
 
-    async def _wait_healthy(self) -> None:
+    async def _supervise(self, process: asyncio.subprocess.Process) -> None:
+        delay = RESTART_DELAY_S[0]
+        while True:
+            came_up = await self._wait_healthy(process)
+            up_since = time.monotonic()
+            status = await process.wait()
+            self._ready.clear()
+            self._start_failed = None if came_up else status
+            if came_up and time.monotonic() - up_since >= STEADY_S:
+                delay = RESTART_DELAY_S[0]
+            log.warning("local_engine_exited", upstream=self.name, status=status,
+                        while_starting=not came_up, restart_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, RESTART_DELAY_S[1])
+            process = await self._spawn()
+
+    async def _wait_healthy(self, process: asyncio.subprocess.Process) -> bool:
+        """Poll /healthz until the engine answers (True, and ready) or exits (False)."""
         url = self.base_url.removesuffix("/v1") + "/healthz"
         async with aiohttp.ClientSession() as session:
-            while self._process is not None and self._process.returncode is None:
+            while process.returncode is None:
                 with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with session.get(url) as resp:
                         if resp.status == 200:
+                            self._start_failed = None
                             self._ready.set()
-                            return
+                            return True
                 await asyncio.sleep(0.1)
+        return False
 
     async def _await_ready(self) -> None:
         if self._ready.is_set():
@@ -87,9 +125,9 @@ class LocalUpstream(OpenAIUpstream):
                                       "started")
         deadline = time.monotonic() + self.engine.start_timeout_ms / 1000
         while not self._ready.is_set():
-            if self._process.returncode is not None:
+            if self._start_failed is not None:
                 raise UpstreamUnreachable(f"upstream {self.name!r}: the local engine exited "
-                                          f"with status {self._process.returncode}")
+                                          f"with status {self._start_failed} while starting")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise UpstreamUnreachable(f"upstream {self.name!r}: the local engine is "
@@ -97,14 +135,33 @@ class LocalUpstream(OpenAIUpstream):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), min(left, 0.5))
 
+    async def _died(self, process: asyncio.subprocess.Process) -> bool:
+        """Whether the engine process has exited (waits up to 0.5 s for the exit to be
+        reaped: a refused connection may come a moment before it)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), 0.5)
+        return process.returncode is not None
+
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
+        await self._await_ready()
+        process = self._process
+        try:
+            return await super().stream(request)
+        except UpstreamUnreachable:
+            if process is None or not await self._died(process):
+                raise
+            self._ready.clear()  # the supervisor does too, and restarts it
+        log.warning("local_engine_request_resent", upstream=self.name,
+                    request_id=request.request_id)
         await self._await_ready()
         return await super().stream(request)
 
     async def aclose(self) -> None:
         await super().aclose()
-        if self._watch is not None:
-            self._watch.cancel()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
         process, self._process = self._process, None
         if process is not None and process.returncode is None:
             process.terminate()

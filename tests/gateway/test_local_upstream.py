@@ -96,3 +96,41 @@ def test_local_upstream_config_is_checked(tmp_path: Path) -> None:
     path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\nmodle = "x"\n')
     with pytest.raises(ConfigError, match="modle"):
         load_config(path)
+
+
+def test_an_engine_that_dies_is_restarted_and_the_request_waits_for_it(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    app = create_app(load_config(write_config(tmp_path, tiny_model_dir)))
+    upstream = app.gateway.upstreams["engine"]
+    assert isinstance(upstream, LocalUpstream)
+    messages = [{"role": "user", "content": "hello"}]
+    with ServerThread(app) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        first = client.chat.completions.create(model="tiny", messages=messages, max_tokens=5,
+                                               temperature=0)
+        crashed = upstream._process
+        assert crashed is not None
+        crashed.kill()  # as the OOM killer would
+        # the pooled connection finds the engine dead: the gateway restarts it, waits, and
+        # sends the request again
+        again = client.chat.completions.create(model="tiny", messages=messages, max_tokens=5,
+                                               temperature=0)
+        assert again.choices[0].message.content == first.choices[0].message.content
+        assert crashed.returncode is not None
+        assert upstream._process is not crashed and upstream.ready
+        client.close()
+
+
+def test_an_engine_that_cannot_start_fails_requests_with_its_exit_status(
+        tmp_path: Path) -> None:
+    app = create_app(load_config(write_config(tmp_path, tmp_path / "no-such-model")))
+    with ServerThread(app) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(model="tiny", messages=[
+                {"role": "user", "content": "hello"}], max_tokens=5)
+        assert info.value.status_code == 502
+        body = info.value.body
+        assert isinstance(body, dict) and body["code"] == "upstream_unreachable"
+        assert "exited with status" in body["message"]
+        client.close()
