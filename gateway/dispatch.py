@@ -47,19 +47,27 @@ R = TypeVar("R", Reply, "Opened")
 
 @dataclass(slots=True)
 class Opened:
-    """A successful streaming response whose first chunk has been read. The caller releases
-    ``slot`` (if any) when the stream is over."""
+    """A successful streaming response whose first chunk has been read. The caller closes
+    it when the stream is over, saying whether the upstream failed it midway: that releases
+    ``slot`` (if any) and reports the stream's outcome to the upstream's ``breaker``."""
 
     response: UpstreamResponse
     chunks: AsyncIterator[bytes]
     first: bytes
     status: int = 200
     slot: Slot | None = None
+    breaker: Breaker | None = None
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """``failed``: the upstream broke the stream (dropped it, stalled, sent an error
+        event); a client disconnect is not the upstream's failure."""
         self.response.close()
         if self.slot is not None:
             self.slot.release()
+            self.slot = None
+        if self.breaker is not None:
+            self.breaker.record(not failed)
+            self.breaker = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +250,10 @@ class Dispatcher:
                         status = result.status
                         ok = status < 500 and status != 429
                         hinted = retry_after_ms(result.headers) if not ok else None
-                        guard.breaker.record(ok, hinted)
+                        if isinstance(result, Opened):  # its outcome is known at its end
+                            result.breaker = guard.breaker
+                        else:
+                            guard.breaker.record(ok, hinted)
                         if slot is not None:
                             slot.sample(ok, (time.perf_counter() - started) * 1000)
                         if status not in retry.retry_on_status:

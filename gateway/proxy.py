@@ -291,27 +291,35 @@ class ModelEndpoint:
             h for h in forward_response_headers(opened.response.headers)
             if h[0] not in (b"content-type", b"cache-control")
         ] + extra
-        await send({"type": "http.response.start", "status": 200, "headers": start_headers})
-        state["started"] = True
         try:
-            out = observer.feed(opened.first)
-            if out:
-                rec.mark_first_event()
-                if collector is not None:
-                    collector.feed(out)
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+            failed = True  # unless it ends well or the client leaves
             try:
-                async for chunk in opened.chunks:
-                    out = observer.feed(chunk)
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": start_headers})
+                state["started"] = True
+                out = observer.feed(opened.first)
+                chunks = opened.chunks
+                while True:
                     if out:
                         rec.mark_first_event()
                         if collector is not None:
                             collector.feed(out)
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                        await send({"type": "http.response.body", "body": out,
+                                    "more_body": True})
+                    chunk = await anext(chunks, None)
+                    if chunk is None:
+                        break
+                    out = observer.feed(chunk)
+                out = observer.flush()
+                failed = not observer.done or observer.errored
+            except UpstreamError:
+                raise
+            except BaseException:  # the client left (cancelled, or a send that failed)
+                failed = False
+                raise
             finally:
                 rec.upstream_ended = time.perf_counter()
-                opened.close()
-            out = observer.flush()
+                opened.close(failed)
             if collector is not None:
                 collector.feed(out)
             if not (observer.done or observer.errored):

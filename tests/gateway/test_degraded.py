@@ -134,6 +134,28 @@ open_ms = 60000
     assert 'gateway_breaker_state{upstream="fake"} 2.0' in httpx.get(gw.url + "/metrics").text
 
 
+def test_streams_the_upstream_breaks_midway_count_as_failures(make_gateway, fake):
+    gw = make_gateway(policy="""
+[retry]
+max_attempts = 1
+[breaker]
+consecutive_failures = 2
+open_ms = 60000
+""")
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as c:
+        for _ in range(2):  # 200 and a first chunk, then the connection drops
+            stream = c.chat.completions.create(model="fake-model", messages=MESSAGES,
+                                               stream=True,
+                                               extra_headers={"x-fake-die-after": "2"})
+            with pytest.raises(openai.APIError):
+                for _ in stream:
+                    pass
+        with pytest.raises(openai.InternalServerError) as exc:
+            c.chat.completions.create(model="fake-model", messages=MESSAGES, stream=True)
+    assert exc.value.response.headers["x-gateway-degraded"] == "breaker_open"
+    assert len(fake.records) == 2
+
+
 def test_empty_retry_budget_means_no_retry(make_gateway, fake):
     gw = make_gateway(policy="[retry_budget]\nmax_tokens = 0\n")
     with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as c, \
