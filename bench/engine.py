@@ -12,6 +12,10 @@ Part 2: a ~1,000-token shared system prompt with different user questions, one r
 time: TTFT when the prefix is in the KV prefix cache (hit) vs. when the system prompt is
 made unique per request (miss), interleaved.
 
+Part 3: detokenization, the engine thread's per-token text work: streaming a
+``--detok-tokens``-token output token by token with incremental detokenization (what the
+engine does) vs. decoding the whole output at every step; ms per output, and the ratio.
+
 Prints one JSON object, then a one-line summary.
 """
 
@@ -32,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from local_engine.async_engine import AsyncEngine
-from local_engine.engine import Engine, EngineConfig
+from local_engine.engine import Engine, EngineConfig, detokenize
 from local_engine.loader import load, resolve
-from local_engine.sequence import SamplingParams
+from local_engine.sequence import SamplingParams, Sequence
 
 PROMPTS = ROOT.parent / "shared" / "data" / "prompts" / "vicuna_bench_questions.jsonl"
 
@@ -145,6 +149,37 @@ async def prefix_ttft(engine: AsyncEngine, tokenizer: Any, questions: list[str],
             "hit_over_miss": round(hit / miss, 3), "cached_tokens_p50": statistics.median(cached)}
 
 
+def detok_cost(tokenizer: Any, questions: list[str], length: int) -> dict[str, Any]:
+    """Stream ``length`` tokens of real text token by token, both ways, 5 rounds each,
+    interleaved; medians."""
+    ids = tokenizer(" ".join(questions * 20), add_special_tokens=False)["input_ids"][:length]
+
+    def decode(x: list[int]) -> str:
+        return tokenizer.decode(x, skip_special_tokens=True)
+
+    def incremental() -> str:
+        seq = Sequence([], SamplingParams())
+        return "".join(detokenize(decode, seq, ids[:n], n == len(ids))
+                       for n in range(1, len(ids) + 1))
+
+    def whole() -> str:
+        text = ""
+        for n in range(1, len(ids) + 1):
+            text = decode(ids[:n])
+        return text
+
+    assert incremental() == whole()
+    times: dict[str, list[float]] = {"incremental": [], "whole": []}
+    for _ in range(5):
+        for name, fn in (("incremental", incremental), ("whole", whole)):
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    inc, full = statistics.median(times["incremental"]), statistics.median(times["whole"])
+    return {"output_tokens": len(ids), "incremental_ms": round(inc, 2),
+            "whole_decode_each_step_ms": round(full, 2), "speedup": round(full / inc, 1)}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,6 +188,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--prefix-rounds", type=int, default=5)
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--detok-tokens", type=int, default=2000)
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM
 
@@ -182,6 +218,7 @@ async def main() -> None:
         result[f"engine_c{c}"] = r
     result["prefix_cache"] = await prefix_ttft(engine, tok, questions, args.prefix_rounds)
     engine.close()
+    result["detokenize"] = detok_cost(tok, questions, args.detok_tokens)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     parts = [f"engine c{c}: {result[f'engine_c{c}']['tok_s']} tok/s"
              + (f" ({result[f'engine_c{c}']['ratio_vs_generate']}x generate)"
@@ -191,7 +228,10 @@ async def main() -> None:
     base = result.get("generate_sequential", {}).get("tok_s")
     print(f"summary: generate {base} tok/s; " + "; ".join(parts)
           + f"; prefix hit/miss TTFT {pc['hit_ttft_p50_ms']}/{pc['miss_ttft_p50_ms']} ms "
-          f"= {pc['hit_over_miss']}x")
+          f"= {pc['hit_over_miss']}x; detokenizing {result['detokenize']['output_tokens']} "
+          f"tokens {result['detokenize']['incremental_ms']} ms vs "
+          f"{result['detokenize']['whole_decode_each_step_ms']} ms decoding the whole output "
+          f"each step ({result['detokenize']['speedup']}x)")
 
 
 if __name__ == "__main__":

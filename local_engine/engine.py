@@ -22,7 +22,7 @@ from local_engine.model_runner import ModelRunner
 from local_engine.scheduler import Scheduler
 from local_engine.sequence import SamplingParams, Sequence
 
-__all__ = ["Engine", "EngineConfig", "Output", "PromptTooLong"]
+__all__ = ["Engine", "EngineConfig", "Output", "PromptTooLong", "detokenize"]
 
 
 class PromptTooLong(ValueError):
@@ -136,7 +136,9 @@ class Engine:
         if token in self.eos and not p.ignore_eos:
             reason = "stop"
             ids = ids[:-1]
-        text = self.decode(ids)
+        at_limit = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len
+        text = seq.text + detokenize(self.decode, seq, ids,
+                                     final=reason is not None or at_limit)
         if p.stop:
             # Only the tail can hold a new match: text before ``emitted`` was checked.
             longest = max(len(s) for s in p.stop)
@@ -145,8 +147,7 @@ class Engine:
             if hits:
                 text = text[:min(hits)]
                 reason = "stop"
-        if reason is None and (len(seq.output_ids) >= p.max_tokens
-                               or seq.num_tokens >= self.max_model_len):
+        if reason is None and at_limit:
             reason = "length"
         seq.text = text
         if reason is not None:
@@ -155,8 +156,6 @@ class Engine:
             self.scheduler.finish(seq, reason)
             return Output(seq, delta, True)
         end = len(text)
-        if text.endswith("\ufffd"):  # a multi-byte character cut in half: wait for the rest
-            end -= 1
         if p.stop:  # hold back what could be the start of a stop string
             end = min(end, len(text) - max(len(s) for s in p.stop) + 1)
         if end > seq.emitted:
@@ -164,3 +163,22 @@ class Engine:
             seq.emitted = end
             return Output(seq, delta, False)
         return Output(seq, "", False)
+
+
+def detokenize(decode: Callable[[list[int]], str], seq: Sequence, ids: list[int],
+               final: bool) -> str:
+    """The text that output tokens ``ids`` add since the last call for ``seq``. Decodes a
+    window of a few tokens, not the whole output (constant work a step, not linear in the
+    output's length): the new text is ``decode(ids[prefix_offset:])`` minus
+    ``decode(ids[prefix_offset:read_offset])``, the context keeping spaces and merges right.
+    A multi-byte character cut in half (a trailing U+FFFD) waits for its next token unless
+    ``final``. As in Hugging Face TGI's ``decode_token`` and vLLM's
+    ``detokenize_incrementally``."""
+    if len(ids) <= seq.read_offset:
+        return ""
+    before = decode(ids[seq.prefix_offset:seq.read_offset])
+    after = decode(ids[seq.prefix_offset:])
+    if len(after) <= len(before) or (after.endswith("\ufffd") and not final):
+        return ""
+    seq.prefix_offset, seq.read_offset = seq.read_offset, len(ids)
+    return after[len(before):]

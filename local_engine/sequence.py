@@ -51,6 +51,10 @@ class Sequence:
     first_token_at: float | None = None
     finish_reason: str | None = None
     text: str = ""  # decoded output so far (stop strings are matched on it)
+    # Incremental detokenization: output tokens [prefix_offset, read_offset) are the last
+    # ones turned into text, kept as context for the next; [read_offset:) are not text yet.
+    prefix_offset: int = 0
+    read_offset: int = 0
     emitted: int = 0  # characters of ``text`` already handed to the caller
     generator: Any = None  # torch.Generator when params.seed is set
 

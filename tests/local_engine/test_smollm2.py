@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from local_engine.engine import Engine, EngineConfig
+from local_engine.engine import Engine, EngineConfig, detokenize
 from local_engine.loader import LoadedModel, load, resolve
-from local_engine.sequence import SamplingParams
+from local_engine.sequence import SamplingParams, Sequence
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +34,22 @@ def test_smollm2_answers_and_matches_transformers_greedy(smollm2: LoadedModel) -
         out = hf.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)
     expected = out[0, len(ids):].tolist()
     assert seq.output_ids == expected[:len(seq.output_ids)]
+
+
+def test_streamed_text_is_the_whole_decode_for_any_text(smollm2: LoadedModel) -> None:
+    """Incremental detokenization, token by token, on the real byte-level BPE tokenizer:
+    the deltas add up to decoding the whole output, multi-byte characters are never sent
+    in halves, and spaces and punctuation come out right."""
+    tok = smollm2.tokenizer
+
+    def decode(ids: list[int]) -> str:
+        return tok.decode(ids, skip_special_tokens=True)
+
+    text = ("Prix: 12,50 € — naïve café 🤖🚀!  Two  spaces, tabs\tand\nnew lines; "
+            "日本語のテキスト, ελληνικά, and code `x = f(y) ** 2`.")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    seq = Sequence([], SamplingParams())
+    deltas = [detokenize(decode, seq, ids[:n], final=n == len(ids))
+              for n in range(1, len(ids) + 1)]
+    assert "".join(deltas) == decode(ids) == text
+    assert not any("\ufffd" in d for d in deltas)
