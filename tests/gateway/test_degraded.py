@@ -21,6 +21,13 @@ max_attempts = 1
 max_concurrency = 1
 max_queue = 0
 """
+TRIP_AFTER_TWO = """
+[retry]
+max_attempts = 1
+[breaker]
+consecutive_failures = 2
+open_ms = 60000
+"""
 SMALL = """
 [models."small"]
 targets = [{ upstream = "backup", model = "small-model" }]
@@ -111,13 +118,7 @@ async def test_a_key_over_its_own_limit_gets_429(make_gateway, fake):
 
 
 def test_open_breaker_sheds_fast_and_shows_in_readyz_and_metrics(make_gateway, fake):
-    gw = make_gateway(policy="""
-[retry]
-max_attempts = 1
-[breaker]
-consecutive_failures = 2
-open_ms = 60000
-""")
+    gw = make_gateway(policy=TRIP_AFTER_TWO)
     with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as c:
         for _ in range(2):
             with pytest.raises(openai.InternalServerError):
@@ -135,13 +136,7 @@ open_ms = 60000
 
 
 def test_streams_the_upstream_breaks_midway_count_as_failures(make_gateway, fake):
-    gw = make_gateway(policy="""
-[retry]
-max_attempts = 1
-[breaker]
-consecutive_failures = 2
-open_ms = 60000
-""")
+    gw = make_gateway(policy=TRIP_AFTER_TWO)
     with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as c:
         for _ in range(2):  # 200 and a first chunk, then the connection drops
             stream = c.chat.completions.create(model="fake-model", messages=MESSAGES,
