@@ -41,11 +41,14 @@ class Decision:
 
 
 class RoutingStage:
-    """Holds the loaded router artifacts (each loaded once) and decides per request."""
+    """Holds the loaded router artifacts and decides per request. An artifact is read once,
+    and again by :meth:`check` (start-up, each policy reload) when its file has changed:
+    replace the file, then save the policy, and the new artifact routes."""
 
     def __init__(self, embed: Embed | None = None):
         self.embed = embed
         self._routers: dict[str, Router] = {}
+        self._stamps: dict[str, tuple[int, int]] = {}  # artifact -> (mtime_ns, size)
         self._thresholds: dict[tuple[str, float | None, float | None], float] = {}
         #: Decisions per (router, tier), for /metrics.
         self.decisions: dict[tuple[str, str], int] = {}
@@ -53,8 +56,19 @@ class RoutingStage:
     def router(self, artifact: str) -> Router:
         """The loaded artifact; raises FileNotFoundError or ValueError."""
         router = self._routers.get(artifact)
-        if router is None:
-            router = self._routers[artifact] = Router(artifact_path(artifact))
+        return router if router is not None else self._load(artifact)
+
+    def _load(self, artifact: str) -> Router:
+        """(Re)read the artifact if its file changed since it was loaded; a file that fails
+        to load raises and leaves the loaded one in place."""
+        path = artifact_path(artifact)
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        router = self._routers.get(artifact)
+        if router is None or self._stamps.get(artifact) != stamp:
+            router = Router(path)
+            self._routers[artifact], self._stamps[artifact] = router, stamp
+            self._thresholds = {k: v for k, v in self._thresholds.items() if k[0] != artifact}
         return router
 
     def check(self, policy: RoutingPolicy, models: Collection[str]) -> None:
@@ -74,7 +88,7 @@ class RoutingStage:
                     raise ValueError(f"routing.routers.{name}.models: the model '{model}' is "
                                      "not configured on this gateway")
             try:
-                self.router(router.artifact)
+                self._load(router.artifact)
             except (OSError, ValueError, KeyError) as exc:
                 raise ValueError(f"routing.routers.{name}.artifact: cannot load "
                                  f"'{router.artifact}': {exc}") from exc

@@ -387,3 +387,17 @@ def test_router_added_by_reload_loads_the_embedder(make_gateway, fake, artifact)
     response, _ = ask(gw, "Say hello")
     assert response.headers["x-route-tier"] in ("small", "large")
     assert "x-route-score" in response.headers  # scored: the embedding was there
+
+
+def test_replaced_artifact_routes_after_the_policy_is_saved(make_gateway, fake, artifact):
+    gw = make_gateway(MODELS, policy=routing_policy(artifact), embed=constant_embed, watch=True)
+    assert ask(gw, EASY)[0].headers["x-route-tier"] == "small"
+    with np.load(artifact) as data:  # retrained: now every prompt needs the strong tier
+        arrays = dict(data)
+    arrays["lr_b"] = arrays["lr_b"] + np.array([0.0, 0.0, 5.0], np.float32)
+    np.savez(artifact, **arrays)
+    store: PolicyStore = gw.gateway.policies
+    generation = store.generation
+    gw.policy_path.write_text(routing_policy(artifact) + "# retrained\n")
+    assert store.wait_generation(generation, timeout=10)
+    assert ask(gw, EASY)[0].headers["x-route-tier"] == "large"
