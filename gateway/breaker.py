@@ -4,9 +4,9 @@ come back when it answers.
 closed -> open when, within the last ``window_s``, at least ``min_requests`` outcomes were seen
 and the failed share (5xx, 429, timeouts, connection errors, streams the upstream broke
 midway) reached ``failure_rate``, or ``consecutive_failures`` failed in a row (a 429 burst,
-a dead host). Open lasts ``open_ms``,
-or the upstream's Retry-After if longer. Then half-open: up to ``half_open_probes`` requests
-go through; one success closes the breaker, one failure opens it again.
+a dead host). Open lasts ``open_ms``, or the upstream's Retry-After if longer. Then
+half-open: up to ``half_open_probes`` requests go through; one success closes the breaker,
+one failure opens it again.
 (Nygard, "Release It!", ch. 5; the states as in resilience4j.)
 """
 
