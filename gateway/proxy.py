@@ -270,15 +270,15 @@ class ModelEndpoint:
             await send_bytes(send, opened.status, opened.body,
                              forward_response_headers(opened.headers) + extra)
             return
-        store = lookup if lookup is not None and lookup.store else None
-        cache = self.gw.cache if store is not None else None
-        collector = StreamCollector() if cache is not None else None
+        cache = self.gw.cache
+        storing = cache is not None and lookup is not None and lookup.store
+        collector = StreamCollector() if storing else None
         await self._relay(opened, rec, extra, send, state, hide_usage, collector)
-        if cache is not None and store is not None and collector is not None \
-                and rec.error_type is None:
+        if collector is not None and rec.error_type is None:
+            assert cache is not None and lookup is not None  # storing
             usage = {"prompt_tokens": rec.prompt_tokens,
                      "completion_tokens": rec.completion_tokens}
-            cache.store_later(store, collector.answer(rec.finish_reason, usage), policy.cache)
+            cache.store_later(lookup, collector.answer(rec.finish_reason, usage), policy.cache)
 
     async def _relay(
         self, opened: Opened, rec: RequestRecord, extra: list[tuple[bytes, bytes]],
@@ -312,10 +312,8 @@ class ModelEndpoint:
                     out = observer.feed(chunk)
                 out = observer.flush()
                 failed = not observer.done or observer.errored
-            except UpstreamError:
-                raise
-            except BaseException:  # the client left (cancelled, or a send that failed)
-                failed = False
+            except BaseException as exc:  # else the client left (cancelled, a failed send)
+                failed = isinstance(exc, UpstreamError)
                 raise
             finally:
                 rec.upstream_ended = time.perf_counter()
