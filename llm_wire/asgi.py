@@ -1,0 +1,68 @@
+"""Running request work that a client disconnect cancels (ASGI).
+
+Both servers need it: the gateway, to stop an upstream request the moment its client
+leaves, and the local engine, to abort a sequence in its batch. ASGI spec:
+https://asgi.readthedocs.io/en/latest/specs/www.html
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, TypeVar
+
+__all__ = ["WATCH_GRACE_S", "ClientDisconnected", "run_until_disconnect"]
+
+T = TypeVar("T")
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+
+#: How long a request runs before a watcher starts listening for a client disconnect (s).
+#: Requests that finish sooner (cache hits, fast upstreams) never pay for the watcher task;
+#: longer ones notice a disconnect at most this much later than it happened.
+WATCH_GRACE_S = 0.02
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the response was complete."""
+
+
+async def run_until_disconnect(
+    receive: Receive, work: Awaitable[T], grace_s: float = WATCH_GRACE_S
+) -> T:
+    """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected.
+
+    Call only after the request body was read: from then on, ``receive()`` returns nothing
+    but ``http.disconnect`` (ASGI spec). ``work`` runs in the calling task; a watcher task,
+    started after ``grace_s``, cancels it on disconnect.
+    """
+    task = asyncio.current_task()
+    assert task is not None, "run_until_disconnect needs a running task"
+    loop = asyncio.get_running_loop()
+    disconnected = False
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch() -> None:
+        nonlocal disconnected
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected = True
+        task.cancel()
+
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    timer = loop.call_later(grace_s, start_watching)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if disconnected:
+            task.uncancel()
+            raise ClientDisconnected() from None
+        raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        if disconnected and task.cancelling():  # the client left just as the work finished
+            task.uncancel()
