@@ -1,18 +1,26 @@
-"""What the gateway adds: the same workload sent directly to the fake upstream and through the
-gateway, side by side in one run.
+"""What the gateway adds: the same workload sent directly to the fake upstream, through the
+floor (a bare aiohttp reverse proxy) and through the gateway, side by side in one run.
 
-Three processes on this machine: the fake OpenAI upstream (zero think time unless
-``--ttft-ms``/``--itl-ms``), the gateway (``gateway serve``, request log on, to /dev/null),
-and this load generator (aiohttp, closed loop at a fixed concurrency). Each measurement
-alternates short direct and gateway rounds so that drift in the machine's speed (a shared
-VM) hits both sides alike. For each of non-streaming and streaming at concurrency 1 and 32,
-it prints latency p50/p99 (ms) direct
-and through the gateway, the added latency, added TTFT (streaming: time to the first event)
-and throughput gateway/direct.
+Four processes on this machine: the fake OpenAI upstream (zero think time unless
+``--ttft-ms``/``--itl-ms``), the floor (``floor_proxy.py``: the least any Python proxy pays,
+forwarding and streaming bytes back, nothing else), the gateway (``gateway serve``, request
+log on, to /dev/null), and this load generator (aiohttp, closed loop at a fixed
+concurrency). Each measurement runs short rounds of direct, floor and gateway, rotating the
+order every round so that drift in the machine's speed (a shared VM) hits all three alike.
+For each of non-streaming and streaming at concurrency 1 and 32 it prints, for the floor and
+the gateway, latency p50/p99 (ms), the latency added over direct, added TTFT (streaming:
+time to the first event) and throughput over direct (pooled and per round).
 
-    python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--rounds 5]
+Then the acceptance checks of issue 12, each with its numbers and a boolean:
 
-Prints a JSON document, then one summary line.
+- c=1, unary and stream: gateway added p50 - floor added p50 <= 0.1 ms;
+- c=32, unary and stream: (gateway/direct throughput) >= 0.9 x (floor/direct throughput);
+- c=32, unary and stream: gateway added p99 <= 1.5 x floor added p99 + 2 ms.
+
+    python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--rounds 6]
+
+Prints a JSON document (``results`` per measurement, ``acceptance`` per check), then one
+summary line starting ``overhead:``.
 """
 
 from __future__ import annotations
@@ -29,12 +37,47 @@ from typing import Any
 import aiohttp
 import orjson
 import uvloop
-from processes import free_port, start_fake, start_gateway, wait_ready
+from processes import free_port, start_fake, start_floor, start_gateway, stop, wait_ready
 
 BODY = {"model": "bench-model", "messages": [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Summarise the plot of Hamlet in two sentences."}],
     "max_tokens": 64}
+TARGETS = ("direct", "floor", "gateway")
+PROXIES = ("floor", "gateway")
+
+
+class Load:
+    """Latencies (s) of one or more runs, pooled."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.ttfts: list[float] = []
+        self.errors = 0
+        self.elapsed = 0.0
+
+    def add(self, other: Load) -> None:
+        self.latencies += other.latencies
+        self.ttfts += other.ttfts
+        self.errors += other.errors
+        self.elapsed += other.elapsed
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.elapsed
+
+    def summary(self) -> dict[str, Any]:
+        return {"requests": len(self.latencies), "p50_ms": pct(self.latencies, 50),
+                "p99_ms": pct(self.latencies, 99),
+                "ttft_p50_ms": pct(self.ttfts, 50) if self.ttfts else None,
+                "ttft_p99_ms": pct(self.ttfts, 99) if self.ttfts else None,
+                "rps": round(self.rps, 1), "errors": self.errors}
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))
+    return round(ordered[k] * 1000, 3)
 
 
 async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concurrency: int,
@@ -71,40 +114,98 @@ async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concu
     return load
 
 
-class Load:
-    """Latencies (s) of one or more runs, pooled."""
-
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-        self.ttfts: list[float] = []
-        self.errors = 0
-        self.elapsed = 0.0
-
-    def add(self, other: Load) -> None:
-        self.latencies += other.latencies
-        self.ttfts += other.ttfts
-        self.errors += other.errors
-        self.elapsed += other.elapsed
-
-    @property
-    def rps(self) -> float:
-        return len(self.latencies) / self.elapsed
-
-    def summary(self) -> dict[str, Any]:
-        return {"requests": len(self.latencies), "p50_ms": pct(self.latencies, 50),
-                "p99_ms": pct(self.latencies, 99),
-                "ttft_p50_ms": pct(self.ttfts, 50) if self.ttfts else None,
-                "ttft_p99_ms": pct(self.ttfts, 99) if self.ttfts else None,
-                "rps": round(self.rps, 1), "errors": self.errors}
+def over_direct(proxy: Load, direct: Load, rounds: list[dict[str, Load]],
+                name: str) -> dict[str, Any]:
+    """One proxy's summary plus what it adds over direct (ms) and its throughput ratio."""
+    p, d = proxy.summary(), direct.summary()
+    row = {**p, "added_p50_ms": round(p["p50_ms"] - d["p50_ms"], 3),
+           "added_p99_ms": round(p["p99_ms"] - d["p99_ms"], 3)}
+    if p["ttft_p50_ms"] is not None and d["ttft_p50_ms"] is not None:
+        row["added_ttft_p50_ms"] = round(p["ttft_p50_ms"] - d["ttft_p50_ms"], 3)
+        row["added_ttft_p99_ms"] = round(p["ttft_p99_ms"] - d["ttft_p99_ms"], 3)
+    row["throughput_ratio"] = round(proxy.rps / direct.rps, 3)
+    row["throughput_ratio_per_round"] = [round(r[name].rps / r["direct"].rps, 3)
+                                         for r in rounds]
+    return row
 
 
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))
-    return round(ordered[k] * 1000, 3)
+async def measure(session: aiohttp.ClientSession, urls: dict[str, str], stream: bool,
+                  conc: int, requests: int, rounds: int,
+                  headers: dict[str, str]) -> dict[str, Any]:
+    # warm every path (connections, code caches) before measuring
+    for url in urls.values():
+        await run_load(session, url, stream, conc, max(50, conc * 4), headers)
+    pooled = {t: Load() for t in TARGETS}
+    per_round: list[dict[str, Load]] = []
+    for r in range(rounds):
+        # Short rounds, rotating who goes first, so drift in the machine's speed hits all.
+        order = TARGETS[r % 3:] + TARGETS[:r % 3]
+        runs = {}
+        for t in order:
+            runs[t] = await run_load(session, urls[t], stream, conc, requests // rounds,
+                                     headers)
+            pooled[t].add(runs[t])
+        per_round.append(runs)
+    row: dict[str, Any] = {"direct": pooled["direct"].summary()}
+    for t in PROXIES:
+        row[t] = over_direct(pooled[t], pooled["direct"], per_round, t)
+    return row
 
 
-async def bench(args: argparse.Namespace, fake_url: str, gw_url: str) -> dict[str, Any]:
+def acceptance(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's checks, on the measurements present (each needs c=1 or c=32)."""
+    checks: dict[str, Any] = {}
+    for mode in ("unary", "stream"):
+        if row := results.get(f"{mode}_c1"):
+            g, f = row["gateway"]["added_p50_ms"], row["floor"]["added_p50_ms"]
+            excess = round(g - f, 3)
+            checks[f"{mode}_c1_added_p50"] = {
+                "gateway_added_p50_ms": g, "floor_added_p50_ms": f,
+                "excess_ms": excess, "max_excess_ms": 0.1, "holds": excess <= 0.1}
+    for mode in ("unary", "stream"):
+        if row := results.get(f"{mode}_c32"):
+            g, f = row["gateway"]["throughput_ratio"], row["floor"]["throughput_ratio"]
+            rel = round(g / f, 3)
+            checks[f"{mode}_c32_throughput"] = {
+                "gateway_over_direct": g, "floor_over_direct": f,
+                "gateway_over_floor": rel, "min_gateway_over_floor": 0.9, "holds": rel >= 0.9}
+    for mode in ("unary", "stream"):
+        if row := results.get(f"{mode}_c32"):
+            g, f = row["gateway"]["added_p99_ms"], row["floor"]["added_p99_ms"]
+            limit = round(1.5 * f + 2, 3)
+            checks[f"{mode}_c32_added_p99"] = {
+                "gateway_added_p99_ms": g, "floor_added_p99_ms": f,
+                "limit_ms": limit, "holds": g <= limit}
+    checks["all_hold"] = all(c["holds"] for c in checks.values())
+    return checks
+
+
+def summary_line(results: dict[str, Any], checks: dict[str, Any]) -> str:
+    def yn(c: dict[str, Any]) -> str:
+        return "yes" if c["holds"] else "NO"
+
+    parts = []
+    for mode in ("unary", "stream"):
+        if c := checks.get(f"{mode}_c1_added_p50"):
+            parts.append(f"c1 {mode} added p50 gateway {c['gateway_added_p50_ms']} vs floor "
+                         f"{c['floor_added_p50_ms']} ms ({c['excess_ms']:+} <= 0.1: {yn(c)})")
+    for mode in ("unary", "stream"):
+        if c := checks.get(f"{mode}_c32_throughput"):
+            parts.append(f"c32 {mode} throughput/direct gateway {c['gateway_over_direct']} vs "
+                         f"floor {c['floor_over_direct']} ({c['gateway_over_floor']} >= 0.9: "
+                         f"{yn(c)})")
+    for mode in ("unary", "stream"):
+        if c := checks.get(f"{mode}_c32_added_p99"):
+            parts.append(f"c32 {mode} added p99 gateway {c['gateway_added_p99_ms']} vs floor "
+                         f"{c['floor_added_p99_ms']} ms (<= {c['limit_ms']}: {yn(c)})")
+    errors = {t: sum(r[t]["errors"] for r in results.values()) for t in PROXIES}
+    if any(errors.values()):
+        parts.append(f"errors gateway {errors['gateway']} floor {errors['floor']}")
+    parts.append(f"all hold: {'yes' if checks['all_hold'] else 'NO'}")
+    return "overhead: " + "; ".join(parts)
+
+
+async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
     headers = {"x-fake-tokens": str(args.tokens)}
     if args.ttft_ms:
         headers["x-fake-ttft-ms"] = str(args.ttft_ms)
@@ -117,78 +218,47 @@ async def bench(args: argparse.Namespace, fake_url: str, gw_url: str) -> dict[st
             for conc in args.concurrency:
                 n = args.requests if conc == 1 else args.requests * 2
                 name = f"{'stream' if stream else 'unary'}_c{conc}"
-                # warm both paths (connections, code caches) before measuring
-                for url in (fake_url, gw_url):
-                    await run_load(session, url, stream, conc, max(50, conc * 4), headers)
-                # Short interleaved rounds, so drift in the machine's speed hits both sides.
-                direct, via, ratios = Load(), Load(), []
-                for r in range(args.rounds):
-                    order = [(direct, fake_url), (via, gw_url)]
-                    runs = {}
-                    for load, url in order if r % 2 == 0 else order[::-1]:
-                        runs[url] = await run_load(session, url, stream, conc,
-                                                   n // args.rounds, headers)
-                        load.add(runs[url])
-                    ratios.append(runs[gw_url].rps / runs[fake_url].rps)
-                d, g = direct.summary(), via.summary()
-                row: dict[str, Any] = {"direct": d, "gateway": g,
-                                       "added_p50_ms": round(g["p50_ms"] - d["p50_ms"], 3),
-                                       "added_p99_ms": round(g["p99_ms"] - d["p99_ms"], 3),
-                                       "throughput_ratio": round(via.rps / direct.rps, 3),
-                                       "throughput_ratio_per_round": [round(x, 3)
-                                                                      for x in ratios]}
-                if stream:
-                    row["added_ttft_p50_ms"] = round(g["ttft_p50_ms"] - d["ttft_p50_ms"], 3)
-                    row["added_ttft_p99_ms"] = round(g["ttft_p99_ms"] - d["ttft_p99_ms"], 3)
-                results[name] = row
+                results[name] = await measure(session, urls, stream, conc, n, args.rounds,
+                                              headers)
     return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000,
-                        help="requests per measurement at concurrency 1 (x2 above)")
+                        help="requests per target per measurement at concurrency 1 (x2 above)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved direct/gateway rounds per measurement")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="rounds per measurement, each running direct, floor and gateway")
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per response")
     parser.add_argument("--ttft-ms", type=float, default=0)
     parser.add_argument("--itl-ms", type=float, default=0)
     args = parser.parse_args()
-    fake_port, gw_port = free_port(), free_port()
+    fake_port, floor_port, gw_port = free_port(), free_port(), free_port()
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
             procs.append(start_fake(fake_port))
+            procs.append(start_floor(floor_port, fake_port))
             procs.append(start_gateway(gw_port, fake_port, Path(tmp), 'version = "bench"\n'))
-            fake_url = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
-            gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+            urls = {t: f"http://127.0.0.1:{port}/v1/chat/completions"
+                    for t, port in zip(TARGETS, (fake_port, floor_port, gw_port))}
 
             async def go() -> dict[str, Any]:
                 await wait_ready(f"http://127.0.0.1:{fake_port}/v1/models")
+                await wait_ready(f"http://127.0.0.1:{floor_port}/v1/models")
                 await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
-                return await bench(args, fake_url, gw_url)
+                return await bench(args, urls)
 
             results = uvloop.run(go())
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(10)
+            stop(procs)
+    checks = acceptance(results)
     doc = {"bench": "overhead", "cpus": os.cpu_count(), "tokens_per_response": args.tokens,
-           "upstream_ttft_ms": args.ttft_ms, "upstream_itl_ms": args.itl_ms, "results": results}
+           "upstream_ttft_ms": args.ttft_ms, "upstream_itl_ms": args.itl_ms,
+           "results": results, "acceptance": checks}
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    u1, u32 = results.get("unary_c1"), results.get("unary_c32")
-    s1 = results.get("stream_c1")
-    parts = []
-    if u1:
-        parts.append(f"c1 unary added p50 {u1['added_p50_ms']} ms p99 {u1['added_p99_ms']} ms")
-    if s1:
-        parts.append(f"c1 stream added TTFT p50 {s1['added_ttft_p50_ms']} ms")
-    if u32:
-        parts.append(f"c32 unary added p99 {u32['added_p99_ms']} ms, "
-                     f"throughput {u32['throughput_ratio']:.0%} of direct")
-    print("overhead: " + "; ".join(parts))
+    print(summary_line(results, checks))
     return 0
 
 

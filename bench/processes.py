@@ -1,4 +1,5 @@
-"""Processes the benchmarks start: the fake upstream and a gateway in front of it.
+"""Processes the benchmarks start: the fake upstream, a gateway in front of it, and the floor
+(a bare aiohttp reverse proxy, ``floor_proxy.py``) to hold the gateway against.
 
 Each runs in its own interpreter (as in production), on a free loopback port.
 """
@@ -15,7 +16,7 @@ import aiohttp
 
 from gateway.testing.server import free_port
 
-__all__ = ["free_port", "start_fake", "start_gateway", "wait_ready"]
+__all__ = ["free_port", "start_fake", "start_floor", "start_gateway", "stop", "wait_ready"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,13 @@ def start_fake(port: int, capacity: int = 0) -> subprocess.Popen[bytes]:
             f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
             "access_log=False, log_level='error', server_header=False, backlog=4096)")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+
+
+def start_floor(port: int, upstream_port: int) -> subprocess.Popen[bytes]:
+    """``floor_proxy.py`` on ``port`` forwarding ``/v1/*`` to the upstream on ``upstream_port``."""
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_proxy.py"),
+                             "--port", str(port), "--upstream", upstream], cwd=ROOT)
 
 
 def start_gateway(port: int, fake_port: int, workdir: Path, policy: str = "",
@@ -49,6 +57,18 @@ targets = [{{ upstream = "fake", model = "fake-model" }}]
     return subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],
         cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+def stop(procs: list[subprocess.Popen[bytes]], timeout: float = 10.0) -> None:
+    """SIGTERM every process, then wait; one still running after ``timeout`` s is killed."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 async def wait_ready(url: str, timeout: float = 30.0) -> None:
