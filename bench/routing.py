@@ -41,11 +41,11 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.embeddings import embed_texts
 from gateway.policy import load_policy
 from gateway.routing.features import text_features
 from gateway.routing.stage import RoutingStage
-from gateway.routing.train import curve, load_prompts
+from gateway.tools.embeddings import embed_texts
+from gateway.tools.train_router import curve, load_prompts
 
 DATA = ROOT.parent / "shared" / "data"
 POLICY = ROOT / "policies" / "default.toml"

@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from processes import free_port, start_fake, start_gateway, wait_ready
 
-from gateway.cache.cli import _pr, curve, score_pairs, static_cosine
 from gateway.cache.verifier import Verifier
-from gateway.embeddings import embed_texts
 from gateway.policy import load_policy
+from gateway.tools.cache_cli import curve, precision_recall, score_pairs, static_cosine
+from gateway.tools.embeddings import embed_texts
 
 DATA = ROOT.parent / "shared" / "data" / "semantic_cache"
 
@@ -58,7 +58,7 @@ def pct(values: list[float], q: float) -> float:
 def quality(point: Any) -> dict[str, Any]:
     s = score_pairs(DATA / "qqp_pairs_test.jsonl", use_oof=False)
     hit = (s.cosine >= point.similarity) & (s.verifier >= point.verifier)
-    precision, recall = _pr(hit, s.label)
+    precision, recall = precision_recall(hit, s.label)
     # static cosine: best recall at our precision, and precision at our recall
     baseline_same_p = static_cosine(s, precision)
     order = np.argsort(-s.cosine)

@@ -6,21 +6,23 @@
     gateway replay FILE [--base-url URL] [--concurrency N] ...
     gateway cache calibrate|eval|purge|train ...
     gateway route eval|train ...
+
+The last three are offline tools (:mod:`gateway.tools`): only the one a command line names is
+imported, so ``gateway serve`` never loads them.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import sys
+from collections.abc import Sequence
 
-from gateway import replay
 from gateway.auth import Authenticator
-from gateway.cache import cli as cache_cli
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
-from gateway.routing import cli as route_cli
 from gateway.routing.stage import RoutingStage
 from gateway.state import ModelTable
 
@@ -83,6 +85,26 @@ def _engine(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+# Offline tool commands: name -> (module whose ``add_arguments(parser)`` fills the parser, help).
+_TOOLS = {
+    "replay": ("gateway.tools.replay",
+               "replay JSONL conversations and report TTFT/TPOT/latency"),
+    "cache": ("gateway.tools.cache_cli", "calibrate, evaluate or purge the semantic cache"),
+    "route": ("gateway.tools.route_cli", "audit or retrain the difficulty router"),
+}
+
+
+def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               argv: Sequence[str]) -> None:
+    """Register the tool commands; import and fill in only the one ``argv`` names. The
+    top-level parser takes no option with a value, so its first positional is the command."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_) in _TOOLS.items():
+        parser = sub.add_parser(name, help=help_)
+        if name == command:
+            importlib.import_module(module).add_arguments(parser)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = sub.add_parser("engine", help="serve the local engine alone (OpenAI API)")
     _engine_arguments(engine)
     engine.set_defaults(func=_engine)
-    replay.add_parser(sub)
-    cache_cli.add_parser(sub)
-    route_cli.add_parser(sub)
+    _add_tools(sub, sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -12,7 +12,7 @@ vLLM semantic-router #2691). The verifier sees what cosine hides:
 
 Model: an ensemble of three one-hidden-layer MLPs (512 units; torch for training, numpy at
 run time, about 1 ms a pair), trained only on ``qqp_pairs_dev.jsonl`` by
-``gateway/cache/train_verifier.py``; the artifact (``verifier.npz``, about 3 MB) ships with
+``gateway/tools/train_verifier.py``; the artifact (``verifier.npz``, about 3 MB) ships with
 the package and loads offline. Scores are
 probabilities in [0, 1]; the operating point (cosine floor and score threshold) lives in the
 policy.

@@ -3,7 +3,8 @@
 They complement the request's MiniLM embedding (which knows the topic) with what an
 embedding blurs: how long the prompt is, how much arithmetic it asks for, whether it is code,
 how many steps and constraints it sets, and how deep the conversation is. The same function
-serves training (:mod:`gateway.routing.train`) and the request path, so the two never drift.
+serves training (:mod:`gateway.tools.train_router`) and the request path, so the two never
+drift.
 """
 
 from __future__ import annotations

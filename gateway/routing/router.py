@@ -12,7 +12,7 @@ Model: an ensemble of a multinomial logistic regression and four one-hidden-laye
 the three outcomes (only weak right / both or neither / only strong right), numpy at run time
 (tens of microseconds a request), trained only on RouteLLM's per-prompt correctness data
 (``labeled_prompts_dev.jsonl``; Ong et al., "RouteLLM: Learning to Route LLMs with Preference
-Data", arXiv 2406.18665) by :mod:`gateway.routing.train`.
+Data", arXiv 2406.18665) by :mod:`gateway.tools.train_router`.
 
 The artifact (``artifacts/NAME.npz``, about 0.5 MB) also holds the calibration: the
 out-of-fold dev curve of weak-call share and quality (relative to strong-only accuracy) per

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["PairScores", "add_parser", "curve", "operating_point", "score_pairs"]
+__all__ = ["PairScores", "add_arguments", "curve", "operating_point", "precision_recall",
+           "score_pairs", "static_cosine"]
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMILARITY_FLOORS = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
@@ -38,9 +39,9 @@ class PairScores:
 def score_pairs(path: Path, use_oof: bool = True) -> PairScores:
     """Embed and score every pair with the shipped verifier. On the verifier's own training
     file, its out-of-fold scores are used instead (so calibration is not in-sample)."""
-    from gateway.cache.train_verifier import load_pairs
     from gateway.cache.verifier import ARTIFACT, Verifier, pair_features
-    from gateway.embeddings import embed_texts
+    from gateway.tools.embeddings import embed_texts
+    from gateway.tools.train_verifier import load_pairs
 
     a, b, y = load_pairs(path)
     ea, eb = embed_texts(a), embed_texts(b)
@@ -55,7 +56,9 @@ def score_pairs(path: Path, use_oof: bool = True) -> PairScores:
     return PairScores(a, b, y, cosine, verifier.score_features(x))
 
 
-def _pr(hit: np.ndarray, label: np.ndarray) -> tuple[float, float]:
+def precision_recall(hit: np.ndarray, label: np.ndarray) -> tuple[float, float]:
+    """(precision, recall) of boolean decisions ``hit`` [n] against 0/1 ``label`` [n];
+    precision is 1.0 when nothing is a hit."""
     tp = int((hit & (label == 1)).sum())
     precision = tp / int(hit.sum()) if hit.any() else 1.0
     return precision, tp / max(1, int(label.sum()))
@@ -65,7 +68,7 @@ def curve(s: PairScores, floor: float, steps: int = 41) -> list[dict[str, float]
     """Precision and recall as the verifier threshold moves, at one similarity floor."""
     out = []
     for t in np.linspace(0.0, 1.0, steps):
-        p, r = _pr((s.cosine >= floor) & (s.verifier >= t), s.label)
+        p, r = precision_recall((s.cosine >= floor) & (s.verifier >= t), s.label)
         out.append({"verifier": round(float(t), 3), "precision": round(p, 4),
                     "recall": round(r, 4)})
     return out
@@ -77,7 +80,7 @@ def operating_point(s: PairScores, target: float) -> dict[str, float] | None:
     best: dict[str, float] | None = None
     for floor in SIMILARITY_FLOORS:
         for t in np.linspace(0.0, 1.0, 201):
-            p, r = _pr((s.cosine >= floor) & (s.verifier >= t), s.label)
+            p, r = precision_recall((s.cosine >= floor) & (s.verifier >= t), s.label)
             if p >= target and (best is None or r > best["recall"]):
                 best = {"similarity": floor, "verifier": round(float(t), 3),
                         "precision": round(p, 4), "recall": round(r, 4)}
@@ -88,7 +91,7 @@ def static_cosine(s: PairScores, target: float) -> dict[str, float] | None:
     """The baseline: cosine threshold alone, best recall at precision >= ``target``."""
     best = None
     for t in np.linspace(0.5, 1.0, 501):
-        p, r = _pr(s.cosine >= t, s.label)
+        p, r = precision_recall(s.cosine >= t, s.label)
         if p >= target and (best is None or r > best["recall"]):
             best = {"similarity": round(float(t), 3), "precision": round(p, 4),
                     "recall": round(r, 4)}
@@ -124,7 +127,7 @@ def _eval(args: argparse.Namespace) -> int:
     point = _shipped_point(args.policy, args.route)
     s = score_pairs(Path(args.pairs), use_oof=False)
     hit = (s.cosine >= point.similarity) & (s.verifier >= point.verifier)
-    precision, recall = _pr(hit, s.label)
+    precision, recall = precision_recall(hit, s.label)
     out: dict[str, Any] = {
         "pairs": len(s.label), "operating_point": {"similarity": point.similarity,
                                                    "verifier": point.verifier},
@@ -151,13 +154,13 @@ def _purge(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from gateway.cache.train_verifier import main
+    from gateway.tools.train_verifier import main
 
     return main(["--pairs", args.pairs] if args.pairs else [])
 
 
-def add_parser(sub: Any) -> None:
-    cache = sub.add_parser("cache", help="calibrate, evaluate or purge the semantic cache")
+def add_arguments(cache: argparse.ArgumentParser) -> None:
+    """Fill the ``gateway cache`` parser: its calibrate, eval, purge and train actions."""
     actions = cache.add_subparsers(dest="cache_command", required=True)
     cal = actions.add_parser("calibrate", help="precision/recall curve and the operating "
                              "point that meets a target precision")

@@ -15,7 +15,7 @@ import numpy as np
 
 __all__ = ["embed_texts"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def embed_texts(texts: list[str], cache: bool = True) -> np.ndarray:

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-if TYPE_CHECKING:  # the SDK loads only when replay runs, not with every `gateway` command
+if TYPE_CHECKING:  # the SDK loads only when a replay runs
     from openai import AsyncOpenAI
 
-__all__ = ["ReplayReport", "RequestResult", "add_parser", "load_conversations", "replay", "run"]
+__all__ = ["ReplayReport", "RequestResult", "add_arguments", "load_conversations", "replay",
+           "run"]
 
 #: One conversation: for each request, the messages appended to the history before sending it.
 Conversation = list[list[dict[str, Any]]]
@@ -246,9 +247,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if summary["errors"] == 0 else 1
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``replay`` on the ``gateway`` command's subparsers."""
-    p = sub.add_parser("replay", help="replay JSONL conversations and report TTFT/TPOT/latency")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Fill the ``gateway replay`` parser."""
     p.add_argument("file", help="JSONL: one {'turns': [...]}, {'prompt': ...} or "
                                 "{'messages': [...]} per line")
     p.add_argument("--base-url", default="http://127.0.0.1:8080/v1")

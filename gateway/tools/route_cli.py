@@ -19,16 +19,16 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["add_parser"]
+__all__ = ["add_arguments"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from gateway.embeddings import embed_texts
     from gateway.policy import load_policy
     from gateway.routing.features import text_features
     from gateway.routing.stage import RoutingStage
+    from gateway.tools.embeddings import embed_texts
 
     policy = load_policy(Path(args.policy)).routing
     name = args.router or next(iter(policy.routers), None)
@@ -74,14 +74,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from gateway.routing.train import main
+    from gateway.tools.train_router import main
 
     argv = ["--prompts", args.prompts] if args.prompts else []
     return main(argv + (["--out", args.out] if args.out else []))
 
 
-def add_parser(sub: Any) -> None:
-    route = sub.add_parser("route", help="audit or retrain the difficulty router")
+def add_arguments(route: argparse.ArgumentParser) -> None:
+    """Fill the ``gateway route`` parser: its eval and train actions."""
     actions = route.add_subparsers(dest="route_command", required=True)
     ev = actions.add_parser("eval", help="each prompt's score and tier at the shipped "
                             "operating point, one JSON line per prompt")

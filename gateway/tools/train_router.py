@@ -1,6 +1,6 @@
 """Train the difficulty router on labeled prompts (dev split only).
 
-    .venv/bin/python -m gateway.routing.train [--prompts ../shared/data/routing/labeled_prompts_dev.jsonl]
+    .venv/bin/python -m gateway.tools.train_router [--prompts ../shared/data/routing/labeled_prompts_dev.jsonl]
     (or: gateway route train)
 
 Embeds each prompt with all-MiniLM-L6-v2 (cached under .cache/embeddings), adds the text
@@ -129,7 +129,7 @@ def fit(x: np.ndarray, y: np.ndarray, n_mlp: int = 4, hidden: int = 64, epochs: 
 
 def inputs(prompts: list[str]) -> np.ndarray:
     """[n, DIM + features]: the embedding and the text features of each prompt."""
-    from gateway.embeddings import embed_texts
+    from gateway.tools.embeddings import embed_texts
 
     emb = embed_texts(prompts)
     feats = np.stack([text_features(p) for p in prompts])

@@ -1,6 +1,6 @@
 """Train the semantic-cache verifier on labeled question pairs (dev split only).
 
-    .venv/bin/python -m gateway.cache.train_verifier [--pairs ../shared/data/semantic_cache/qqp_pairs_dev.jsonl]
+    .venv/bin/python -m gateway.tools.train_verifier [--pairs ../shared/data/semantic_cache/qqp_pairs_dev.jsonl]
 
 Embeds both sides with all-MiniLM-L6-v2 (cached under .cache/embeddings), builds the pair
 features of :mod:`gateway.cache.verifier`, fits an ensemble of one-hidden-layer MLPs (torch,
@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from gateway.cache.verifier import ARTIFACT, pair_features
-from gateway.embeddings import embed_texts
+from gateway.tools.embeddings import embed_texts
 
 __all__ = ["load_pairs", "main"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import openai
 import orjson
 
-from gateway.replay import load_conversations, replay
+from gateway.tools.replay import load_conversations, replay
 
 ANSWER = "w0 w1 w2 w3 w4 w5 w6 w7"  # the fake's default streamed reply (8 content chunks)
 

@@ -21,7 +21,7 @@ from gateway.errors import ConfigError
 from gateway.policy import PolicyStore, load_policy
 from gateway.routing.features import FEATURE_NAMES, text_features
 from gateway.routing.router import Router
-from gateway.routing.train import Model, save_artifact
+from gateway.tools.train_router import Model, save_artifact
 from gateway.state import Gateway
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.conftest import DEFAULT_POLICY, GatewayServer, gateway_toml
