@@ -11,15 +11,9 @@ from typing import Self
 import uvicorn
 
 from gateway.types import ASGIApp
+from gateway.upstreams.ports import free_port
 
 __all__ = ["ServerThread", "free_port"]
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerThread:

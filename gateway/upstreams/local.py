@@ -29,9 +29,9 @@ import structlog
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamUnreachable
-from gateway.testing.server import free_port
 from gateway.upstreams.base import UpstreamRequest, UpstreamResponse
 from gateway.upstreams.openai import OpenAIUpstream
+from gateway.upstreams.ports import free_port
 
 __all__ = ["LocalUpstream"]
 
