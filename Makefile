@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= gateway.example.toml
 
-.PHONY: install run test bench clean
+.PHONY: install run test typecheck bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ run: $(STAMP)
 test: $(STAMP)
 	scripts/fetch-libssl.sh
 	$(PY) -m pytest -q
+
+# mypy --strict over the files pyproject.toml names: gateway, local_engine, llm_wire.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
