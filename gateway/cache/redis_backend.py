@@ -10,10 +10,11 @@ call with a timeout and bypasses on failure, and redis-py reconnects on the next
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
 from redisvl.query.filter import Tag
@@ -26,6 +27,11 @@ __all__ = ["RedisBackend"]
 
 def _escape(value: str) -> str:
     return value.replace(":", "_")
+
+
+def _text(value: bytes | str) -> str:
+    # redis-py types replies as bytes or str (per decode_responses); this client's are bytes.
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisBackend(Backend):
@@ -76,8 +82,10 @@ class RedisBackend(Backend):
         entry_id = await self.client.get(self._exact_key(namespace, exact))
         if entry_id is None:
             return None
-        h = await self.client.hgetall(self._entry_key(entry_id.decode()))
-        return self._entry(entry_id.decode(), h) if h else None
+        entry_id = _text(entry_id)
+        # Without decode_responses, every field and value of the hash is bytes.
+        h = cast("dict[bytes, bytes]", await self.client.hgetall(self._entry_key(entry_id)))
+        return self._entry(entry_id, h) if h else None
 
     async def search(self, scope: str, vector: np.ndarray, k: int) -> list[tuple[Entry, float]]:
         index = await self._ensure_index(len(vector))
@@ -101,7 +109,7 @@ class RedisBackend(Backend):
         if vector is not None:
             await self._ensure_index(len(vector))
         ms = max(1, int(ttl_s * 1000))
-        mapping: dict[str, Any] = {
+        mapping: dict[FieldT, EncodableT] = {
             "exact": entry.exact, "scope": entry.scope or "-",
             "namespace": _escape(entry.namespace), "namespace_raw": entry.namespace,
             "query": entry.query, "answer": entry.answer, "created": entry.created,
@@ -122,7 +130,7 @@ class RedisBackend(Backend):
             entry_id = await self.client.get(key)
             await self.client.delete(key)
             if entry_id is not None:
-                n += await self.client.delete(self._entry_key(entry_id.decode()))
+                n += await self.client.delete(self._entry_key(_text(entry_id)))
         # entries whose exact key already expired or was replaced
         async for key in self.client.scan_iter(match=f"{self.prefix}e:*", count=1000):
             if await self.client.hget(key, "namespace_raw") == namespace.encode():

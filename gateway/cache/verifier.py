@@ -124,7 +124,8 @@ class Verifier:
         z = (x[None, :, :] - self.mean[:, None, :]) / self.scale[:, None, :]  # [k, n, F]
         h = np.maximum(np.einsum("knf,kfh->knh", z, self.w1) + self.b1[:, None, :], 0.0)
         logits = np.einsum("knh,kh->kn", h, self.w2) + self.b2[:, None]
-        return (0.5 * (1.0 + np.tanh(0.5 * logits))).mean(axis=0)  # sigmoid, overflow-free
+        p: np.ndarray = (0.5 * (1.0 + np.tanh(0.5 * logits))).mean(axis=0)  # overflow-free sigmoid
+        return p
 
     def score(self, a: str, b: str, u: np.ndarray, v: np.ndarray) -> float:
         """P(same question) of texts ``a``, ``b`` with embeddings ``u``, ``v`` [dim]; 0.0 for

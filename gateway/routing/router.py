@@ -53,7 +53,8 @@ def ensemble_gain(z: np.ndarray, linear: Linear, mlps: list[Mlp]) -> np.ndarray:
     stacked = np.stack(logits)
     p = np.exp(stacked - stacked.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    return (p[..., 2] - p[..., 0]).mean(axis=0)
+    gain: np.ndarray = (p[..., 2] - p[..., 0]).mean(axis=0)
+    return gain
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +84,9 @@ class Router:
         self.mean = data["mean"].astype(np.float32)
         self.scale = data["scale"].astype(np.float32)
         self.linear: Linear = (data["lr_w"].astype(np.float32), data["lr_b"].astype(np.float32))
-        self.mlps: list[Mlp] = [tuple(data[f"mlp{i}_{k}"].astype(np.float32) for k in ("w1", "b1", "w2", "b2"))
-                     for i in range(int(data["n_mlp"]))]
+        self.mlps: list[Mlp] = [
+            tuple(data[f"mlp{i}_{k}"].astype(np.float32) for k in ("w1", "b1", "w2", "b2"))
+            for i in range(int(data["n_mlp"]))]
         self.calibration = Calibration(data["cal_thresholds"], data["cal_weak_share"],
                                        data["cal_quality"])
 
@@ -92,7 +94,9 @@ class Router:
         """[dim + features] standardised model input."""
         if vector.shape != (self.dim,):
             raise ValueError(f"expected a {self.dim}-dim embedding, got {vector.shape}")
-        return (np.concatenate([vector.astype(np.float32), features]) - self.mean) / self.scale
+        x = np.concatenate([vector.astype(np.float32), features])
+        z: np.ndarray = (x - self.mean) / self.scale
+        return z
 
     def score(self, vector: np.ndarray, features: np.ndarray) -> float:
         """Expected accuracy gain of the strong tier, in [-1, 1]: the ensemble's mean of

@@ -182,8 +182,8 @@ class FakeUpstream:
                 await self._stream(data, headers, chat, rec, disconnected, send)
             else:
                 cookie = headers.get("x-fake-set-cookie")
-                extra = [(b"set-cookie", cookie.encode())] if cookie else None
-                await _send_json(send, 200, _completion(data, headers, chat), rec, extra)
+                cookies = [(b"set-cookie", cookie.encode())] if cookie else None
+                await _send_json(send, 200, _completion(data, headers, chat), rec, cookies)
         elif path.endswith("/embeddings"):
             await _send_json(send, 200, _embeddings(data), rec)
         elif path.endswith("/models"):

@@ -46,7 +46,7 @@ class RedisServer:
         self.dir = tempfile.mkdtemp(prefix="redis-test-")
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 20.0) -> RedisServer:
+    def start(self, timeout_s: float = 20.0) -> Self:
         env = dict(os.environ, LD_LIBRARY_PATH=str(libssl_dir()))
         self.process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",

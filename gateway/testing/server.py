@@ -45,7 +45,7 @@ class ServerThread:
         self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
         self.loop.close()
 
-    def start(self) -> ServerThread:
+    def start(self) -> Self:
         self._thread.start()
         while not self.server.started:
             if not self._thread.is_alive():

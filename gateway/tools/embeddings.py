@@ -23,7 +23,8 @@ def embed_texts(texts: list[str], cache: bool = True) -> np.ndarray:
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:24]
     path = ROOT / ".cache" / "embeddings" / f"{digest}.npy"
     if cache and path.exists():
-        return np.load(path)
+        memo: np.ndarray = np.load(path)
+        return memo
     from local_engine.embedder import Embedder
 
     embedder = Embedder.load()

@@ -76,19 +76,21 @@ def _fit_mlp(x: np.ndarray, y: np.ndarray, seed: int, hidden: int, epochs: int
 
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    net = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(x.shape[1], hidden),
-                              torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(hidden, 3))
+    # Layers are built in the Sequential's order, so the seeded initialisation is unchanged.
+    first, last = torch.nn.Linear(x.shape[1], hidden), torch.nn.Linear(hidden, 3)
+    net = torch.nn.Sequential(torch.nn.Dropout(0.2), first, torch.nn.ReLU(),
+                              torch.nn.Dropout(0.3), last)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=5e-2)
     xt = torch.from_numpy(x.astype(np.float32))
     yt = torch.from_numpy(y.astype(np.int64))
     n = len(yt)
     for _ in range(epochs):
         net.train()
-        for idx in torch.randperm(n, generator=g).split(128):
+        for idx in torch.split(torch.randperm(n, generator=g), 128):
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(xt[idx]), yt[idx]).backward()
+            loss = torch.nn.functional.cross_entropy(net(xt[idx]), yt[idx])
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             opt.step()
-    first, last = net[1], net[4]
     return (first.weight.detach().numpy().T.copy(), first.bias.detach().numpy().copy(),
             last.weight.detach().numpy().T.copy(), last.bias.detach().numpy().copy())
 
@@ -108,7 +110,8 @@ class Model:
 
 def outcome(weak: np.ndarray, strong: np.ndarray) -> np.ndarray:
     """The class of each prompt: 0 only weak right, 1 both or neither, 2 only strong right."""
-    return (strong - weak).astype(np.int64) + 1
+    classes: np.ndarray = (strong - weak).astype(np.int64) + 1
+    return classes
 
 
 def fit(x: np.ndarray, y: np.ndarray, n_mlp: int = 4, hidden: int = 64, epochs: int = 8,

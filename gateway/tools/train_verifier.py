@@ -54,8 +54,10 @@ def _fit(x: np.ndarray, y: np.ndarray, seed: int, hidden: int = 512, epochs: int
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     mean, scale = x.mean(0), x.std(0) + 1e-6
-    net = torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Linear(x.shape[1], hidden),
-                              torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(hidden, 1))
+    # Layers are built in the Sequential's order, so the seeded initialisation is unchanged.
+    first, last = torch.nn.Linear(x.shape[1], hidden), torch.nn.Linear(hidden, 1)
+    net = torch.nn.Sequential(torch.nn.Dropout(0.1), first, torch.nn.ReLU(),
+                              torch.nn.Dropout(0.3), last)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2)
     xt = torch.from_numpy(((x - mean) / scale).astype(np.float32))
     yt = torch.from_numpy(y.astype(np.float32))
@@ -68,10 +70,9 @@ def _fit(x: np.ndarray, y: np.ndarray, seed: int, hidden: int = 512, epochs: int
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
                 net(xt[idx]).squeeze(1), yt[idx])
             opt.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             opt.step()
             sched.step()
-    first, last = net[1], net[4]
     return {"mean": mean.astype(np.float32), "scale": scale.astype(np.float32),
             "w1": first.weight.detach().numpy().T.copy(), "b1": first.bias.detach().numpy(),
             "w2": last.weight.detach().numpy()[0], "b2": last.bias.detach().numpy()[0]}
@@ -82,7 +83,8 @@ def _predict(models: list[dict[str, np.ndarray]], x: np.ndarray) -> np.ndarray:
     for m in models:
         h = np.maximum((x - m["mean"]) / m["scale"] @ m["w1"] + m["b1"], 0.0)
         out.append(1.0 / (1.0 + np.exp(-(h @ m["w2"] + m["b2"]))))
-    return np.mean(out, axis=0)
+    p: np.ndarray = np.mean(out, axis=0)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
