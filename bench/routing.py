@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.policy import load_policy
 from gateway.routing.features import text_features
-from gateway.routing.stage import RoutingStage
+from gateway.routing.routers import Routers
 from gateway.tools.embeddings import embed_texts
 from gateway.tools.train_router import curve, load_prompts
 
@@ -102,14 +102,14 @@ def figures(score: np.ndarray, weak: np.ndarray, strong: np.ndarray,
     return out
 
 
-def scores(stage: RoutingStage, artifact: str, prompts: list[str]) -> np.ndarray:
+def scores(stage: Routers, artifact: str, prompts: list[str]) -> np.ndarray:
     router = stage.router(artifact)
     vectors = embed_texts(prompts)
     return np.array([router.score(v, text_features(p)) for v, p in zip(vectors, prompts,
                                                                        strict=True)])
 
 
-def quality(stage: RoutingStage, name: str) -> dict[str, Any]:
+def quality(stage: Routers, name: str) -> dict[str, Any]:
     policy = load_policy(POLICY).routing.routers[name]
     threshold = stage.threshold(policy)
     data = load_prompts(DATA / "routing" / "labeled_prompts_test.jsonl")
@@ -122,7 +122,7 @@ def quality(stage: RoutingStage, name: str) -> dict[str, Any]:
     return out
 
 
-def mt_bench(stage: RoutingStage, artifact: str, threshold: float) -> dict[str, Any]:
+def mt_bench(stage: Routers, artifact: str, threshold: float) -> dict[str, Any]:
     questions = {r["question_id"]: r["turns"][0] for r in map(orjson.loads, (
         DATA / "prompts" / "mt_bench_questions.jsonl").read_bytes().splitlines())}
     judged: dict[tuple[int, str], list[float]] = {}
@@ -138,7 +138,7 @@ def mt_bench(stage: RoutingStage, artifact: str, threshold: float) -> dict[str, 
     return figures(score, weak, strong, threshold)
 
 
-def latency(stage: RoutingStage, name: str, n: int = 300) -> dict[str, Any]:
+def latency(stage: Routers, name: str, n: int = 300) -> dict[str, Any]:
     """Per request, sequentially: the decision given the embedding, and with it computed."""
     from local_engine.async_engine import AsyncEngine
     from local_engine.embedder import Embedder
@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--skip-live", action="store_true")
     parser.add_argument("--live-requests", type=int, default=10)
     args = parser.parse_args()
-    stage = RoutingStage()
+    stage = Routers()
     results: dict[str, Any] = {"router": args.router,
                                "artifact": stage.router(load_policy(POLICY).routing
                                                         .routers[args.router].artifact).version}

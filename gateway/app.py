@@ -1,8 +1,9 @@
 """The ASGI application: routes, the gateway's own endpoints, lifespan.
 
-``create_app(config)`` builds a :class:`~gateway.state.Gateway` and a Starlette app around
-it. Model endpoints and pass-through are plain ASGI apps (no request/response wrappers, no
-BaseHTTPMiddleware, which would hide client disconnects).
+``create_app(config)`` is the composition root: it builds a :class:`~gateway.state.Gateway`
+(handing it the embedder: all-MiniLM-L6-v2 from the local engine's package by default) and a
+Starlette app around it. Model endpoints and pass-through are plain ASGI apps (no
+request/response wrappers, no BaseHTTPMiddleware, which would hide client disconnects).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.cache.stage import Embed
 from gateway.config import Config
+from gateway.embedding import Embed
 from gateway.errors import (
     GatewayError,
     InvalidJSON,
@@ -29,8 +30,8 @@ from gateway.errors import (
     PermissionDenied,
     error_body,
 )
+from gateway.endpoint import ModelEndpoint
 from gateway.passthrough import Passthrough
-from gateway.proxy import ModelEndpoint
 from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.state import Gateway
 from gateway.types import ASGIApp, Receive, Scope, Send
@@ -66,8 +67,11 @@ def create_app(
     embed: Embed | None = None,
 ) -> GatewayApp:
     """Build the gateway app. ``request_sink`` also receives each request's log record
-    (tests); ``watch_policy`` overrides ``server.policy_reload``."""
-    gw = Gateway(config, request_sink=request_sink, upstreams=upstreams, embed=embed)
+    (tests); ``watch_policy`` overrides ``server.policy_reload``; ``embed`` replaces the
+    default embedding model (loaded in the background when the cache or a router needs it).
+    """
+    gw = Gateway(config, request_sink=request_sink, upstreams=upstreams, embed=embed,
+                 load_embedder=None if embed is not None else load_minilm)
     watch = config.server.policy_reload if watch_policy is None else watch_policy
 
     @contextlib.asynccontextmanager
@@ -91,10 +95,9 @@ def create_app(
     async def models(request: Request) -> Response:
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
                 for name in gw.models.routes]
-        routing = gw.policy.routing
-        if routing.enabled:  # router aliases ("auto"): a client may ask for them by name
-            data += [{"id": name, "object": "model", "created": 0, "owned_by": "gateway-router"}
-                     for name in routing.routers]
+        # Router aliases ("auto"): a client may ask for them by name.
+        data += [{"id": name, "object": "model", "created": 0, "owned_by": "gateway-router"}
+                 for name in sorted(gw.runtime.pipeline.aliases)]
         return _json({"object": "list", "data": data})
 
     async def healthz(request: Request) -> Response:
@@ -153,6 +156,17 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     return GatewayApp(gw, hot, app)
+
+
+async def load_minilm() -> tuple[Embed, Callable[[], None]]:
+    """all-MiniLM-L6-v2 on its own micro-batching thread (the local engine's embedder);
+    returns the embed function and the function that stops the thread."""
+    from local_engine.async_engine import AsyncEngine
+    from local_engine.embedder import Embedder
+
+    embedder = await asyncio.to_thread(Embedder.load)
+    engine = AsyncEngine(None, embedder).start()
+    return engine.embed, engine.close
 
 
 async def _flush_logs(gw: Gateway) -> None:

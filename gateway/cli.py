@@ -23,7 +23,7 @@ from gateway.auth import Authenticator
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
-from gateway.routing.stage import RoutingStage
+from gateway.routing.routers import Routers
 from gateway.state import ModelTable
 
 __all__ = ["main"]
@@ -65,7 +65,7 @@ def _check(args: argparse.Namespace) -> int:
     policy = load_policy(config.policy_path)
     Authenticator(config.auth, source=config.path)  # key variables must be set
     try:  # routers name models of this config, and artifacts that load
-        RoutingStage().check(policy.routing, ModelTable(config).routes.keys())
+        Routers().check(policy.routing, ModelTable(config).routes.keys())
     except ValueError as exc:
         raise ConfigError(str(config.policy_path), "", str(exc)) from exc
     print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "

@@ -1,4 +1,11 @@
-"""Send a request to a model's targets in order, with retries, before any byte reaches the client.
+"""The pipeline's terminal step: send the request to its model's targets in order, with
+retries, before any byte reaches the client.
+
+:class:`Dispatch` resolves the model to serve (``ctx.target``), rewrites ``model`` for each
+target, asks OpenAI-style upstreams for the final usage chunk of a stream (forwarded only to
+clients that asked for it), and returns the :class:`~gateway.context.Reply`: a complete
+response, or an open stream whose first chunk has arrived. :class:`Dispatcher` does the
+trying:
 
 For each target (the model's ordered fallback list), up to ``max_attempts`` attempts. An
 attempt is retried on :class:`~gateway.errors.UpstreamUnreachable` or a broken-off response,
@@ -23,26 +30,33 @@ is empty the request ends with what it has.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import email.utils
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from gateway.admission import AdmissionPolicy, Limiter, Shed, Slot
+import orjson
+
+from gateway.admission import Limiter, Shed, Slot
 from gateway.breaker import Breaker
 from gateway.config import Target
+from gateway.context import Reply, RequestContext, Ticket
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
+from gateway.http import forward_request_headers, forward_response_headers
 from gateway.policy import Policy, RetryPolicy
 from gateway.requestlog import RequestRecord
 from gateway.retry_budget import RetryBudget
-from gateway.upstreams.base import RawHeaders, Reply, Upstream, UpstreamRequest, UpstreamResponse
+from gateway.upstreams.base import RawHeaders, Upstream, UpstreamRequest, UpstreamResponse
+from gateway.upstreams.base import Reply as Response
 
-__all__ = ["Dispatcher", "Guard", "Opened", "Ticket", "backoff_ms", "retry_after_ms"]
+if TYPE_CHECKING:
+    from gateway.state import ModelTable
 
-R = TypeVar("R", Reply, "Opened")
+__all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms", "retry_after_ms"]
+
+R = TypeVar("R", Response, "Opened")
 
 
 @dataclass(slots=True)
@@ -68,14 +82,6 @@ class Opened:
         if self.breaker is not None:
             self.breaker.record(not failed)
             self.breaker = None
-
-
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    """How the request queues: its priority class and whether it is a long prompt."""
-
-    priority: str = "normal"
-    long: bool = False
 
 
 class Guard:
@@ -133,7 +139,6 @@ class Dispatcher:
         self.upstreams = upstreams
         self.guards = {name: Guard(policy) for name in upstreams}
         self.budget = RetryBudget(policy.retry_budget)
-        self.model_limiters: dict[str, Limiter] = {}
         self._rand = rand
         self._sleep = sleep
 
@@ -142,22 +147,6 @@ class Dispatcher:
         for guard in self.guards.values():
             guard.update(policy)
         self.budget.policy = policy.retry_budget
-        for name, limiter in self.model_limiters.items():
-            limit = policy.admission.model_max_concurrency.get(name)
-            if limit:
-                limiter.policy = dataclasses.replace(policy.admission, max_concurrency=limit)
-                limiter.limit = float(limit)
-
-    def model_limiter(self, model: str, policy: AdmissionPolicy) -> Limiter | None:
-        """The limiter of a public model with its own ``model_max_concurrency``, if any."""
-        limit = policy.model_max_concurrency.get(model) if policy.enabled else None
-        if not limit:
-            return None
-        limiter = self.model_limiters.get(model)
-        if limiter is None:
-            limiter = Limiter(dataclasses.replace(policy, max_concurrency=limit))
-            self.model_limiters[model] = limiter
-        return limiter
 
     async def unary(
         self,
@@ -165,9 +154,9 @@ class Dispatcher:
         build: Callable[[Target], UpstreamRequest],
         policy: Policy,
         rec: RequestRecord,
-        ticket: Ticket = Ticket(),
-    ) -> tuple[Target, Reply]:
-        async def attempt(upstream: Upstream, target: Target) -> Reply:
+        ticket: Ticket | None = None,
+    ) -> tuple[Target, Response]:
+        async def attempt(upstream: Upstream, target: Target) -> Response:
             return await upstream.send(build(target))
 
         return await self._run(targets, attempt, policy, rec, ticket)
@@ -178,13 +167,13 @@ class Dispatcher:
         build: Callable[[Target], UpstreamRequest],
         policy: Policy,
         rec: RequestRecord,
-        ticket: Ticket = Ticket(),
-    ) -> tuple[Target, Reply | Opened]:
-        async def attempt(upstream: Upstream, target: Target) -> Reply | Opened:
+        ticket: Ticket | None = None,
+    ) -> tuple[Target, Response | Opened]:
+        async def attempt(upstream: Upstream, target: Target) -> Response | Opened:
             response = await upstream.stream(build(target))
             try:
                 if response.status != 200:
-                    return Reply(response.status, response.headers, await response.read())
+                    return Response(response.status, response.headers, await response.read())
                 chunks = response.iter_chunks()
                 first = await anext(chunks, b"")
             except BaseException:
@@ -200,7 +189,7 @@ class Dispatcher:
         attempt: Callable[[Upstream, Target], Awaitable[R]],
         policy: Policy,
         rec: RequestRecord,
-        ticket: Ticket,
+        ticket: Ticket | None,
     ) -> tuple[Target, R]:
         retry = policy.retry
         last: tuple[Target, R] | None = None
@@ -217,7 +206,7 @@ class Dispatcher:
                 shed = Shed("breaker_open", guard.breaker.retry_after_s())
                 continue
             slot: Slot | None = None
-            if policy.admission.enabled:
+            if ticket is not None:  # admission control is on
                 try:
                     slot = await guard.limiter.acquire(ticket.priority, ticket.long)
                 except Shed as exc:
@@ -276,6 +265,77 @@ class Dispatcher:
         raise NoUpstreamAvailable(
             "no upstream is available for this model (are the upstreams' API keys set?)"
         )
+
+
+class Dispatch:
+    """The terminal step of every pipeline: ``await dispatch(ctx)`` -> Reply.
+
+    Raises ModelNotFound for an unknown ``ctx.target``, Shed when no target could take the
+    request, UpstreamError (and subclasses) when every attempt failed without a status,
+    NoUpstreamAvailable when the model has no enabled upstream.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, models: ModelTable) -> None:
+        self.dispatcher = dispatcher
+        self.models = models
+
+    async def __call__(self, ctx: RequestContext) -> Reply:
+        targets = self.models.resolve(ctx.target).targets
+        rec, body = ctx.record, ctx.body
+        hide_usage = False
+        if ctx.stream and ctx.policy.streaming.observe_usage:
+            options = body.get("stream_options") or {}
+            if not options.get("include_usage"):
+                hide_usage = True
+                body = {**body, "stream_options": {**options, "include_usage": True}}
+        forwarded = forward_request_headers(ctx.headers)
+        asked, raw = body["model"], ctx.raw
+
+        def build(target: Target) -> UpstreamRequest:
+            payload = raw if target.model == asked and not hide_usage else \
+                orjson.dumps({**body, "model": target.model})
+            return UpstreamRequest("POST", ctx.path, payload, forwarded, ctx.stream,
+                                   rec.request_id)
+
+        if ctx.stream:
+            _, opened = await self.dispatcher.stream(targets, build, ctx.policy, rec,
+                                                     ctx.ticket)
+            if isinstance(opened, Opened):
+                headers = [h for h in forward_response_headers(opened.response.headers)
+                           if h[0] not in (b"content-type", b"cache-control")]
+                return Reply(200, headers, stream=opened, hide_usage=hide_usage)
+            response = opened  # the upstream refused with a status: pass it on
+        else:
+            _, response = await self.dispatcher.unary(targets, build, ctx.policy, rec,
+                                                      ctx.ticket)
+        rec.upstream_ended = time.perf_counter()
+        _observe(response, rec)
+        return Reply(response.status, forward_response_headers(response.headers), response.body)
+
+
+def _observe(response: Response, rec: RequestRecord) -> None:
+    """The log line's fields from a complete response: error type and code, or usage and
+    ``finish_reason``."""
+    try:
+        obj = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        if response.status >= 400:
+            rec.error_type = "upstream_error"
+        return
+    if response.status >= 400:
+        error = obj.get("error")
+        rec.error_type = error.get("type") if isinstance(error, dict) else "upstream_error"
+        rec.error_code = error.get("code") if isinstance(error, dict) else None
+        return
+    rec.error_type = rec.error_code = None
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        rec.take_usage(usage)
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[-1], dict):
+        rec.finish_reason = choices[-1].get("finish_reason")
 
 
 def _give_up(last: tuple[Target, R] | None, error: UpstreamError | None) -> tuple[Target, R]:

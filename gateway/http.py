@@ -1,31 +1,27 @@
 """Small ASGI helpers for the request path: body reading with a size limit, JSON and error
-responses, header filtering, and running work that a client disconnect cancels."""
+responses, header filtering. (Running work that a client disconnect cancels:
+:mod:`llm_wire.asgi`.)"""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 import orjson
 
 from gateway.errors import GatewayError, RequestTooLarge
 from gateway.types import Receive, Send
+from llm_wire.asgi import ClientDisconnected
 
 __all__ = [
     "HOP_BY_HOP",
-    "WATCH_GRACE_S",
-    "ClientDisconnected",
     "forward_request_headers",
     "forward_response_headers",
     "read_body",
-    "run_until_disconnect",
     "send_bytes",
     "send_error",
     "send_json",
 ]
-
-T = TypeVar("T")
 
 #: Never forwarded in either direction (RFC 9110 7.6.1), plus what the gateway recomputes
 #: or replaces (host, length, keys).
@@ -36,10 +32,6 @@ HOP_BY_HOP = frozenset({
     b"cache-control",
 })
 _RESPONSE_DROP = HOP_BY_HOP | {b"content-encoding", b"date", b"server", b"set-cookie"}
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before the response was complete."""
 
 
 async def read_body(receive: Receive, limit: int, declared: int | None = None) -> bytes:
@@ -59,54 +51,6 @@ async def read_body(receive: Receive, limit: int, declared: int | None = None) -
         chunks.append(chunk)
         if not message.get("more_body"):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-#: How long a request runs before the gateway starts watching for a client disconnect (s).
-#: Requests that finish sooner (cache hits, fast upstreams) never pay for the watcher task;
-#: longer ones notice a disconnect at most this much later than it happened.
-WATCH_GRACE_S = 0.02
-
-
-async def run_until_disconnect(
-    receive: Receive, work: Awaitable[T], grace_s: float = WATCH_GRACE_S
-) -> T:
-    """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected.
-
-    Call only after the request body was read: from then on, ``receive()`` returns nothing
-    but ``http.disconnect`` (ASGI spec). ``work`` runs in the calling task; a watcher task,
-    started after ``grace_s``, cancels it on disconnect.
-    """
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    disconnected = False
-    watcher: asyncio.Task[None] | None = None
-
-    async def watch() -> None:
-        nonlocal disconnected
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        disconnected = True
-        task.cancel()
-
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(watch())
-
-    timer = loop.call_later(grace_s, start_watching)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if disconnected:
-            task.uncancel()
-            raise ClientDisconnected() from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-        if disconnected and task.cancelling():  # the client left just as the work finished
-            task.uncancel()
 
 
 def forward_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

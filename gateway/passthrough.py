@@ -12,19 +12,13 @@ import time
 import structlog
 
 from gateway.errors import GatewayError, NoUpstreamAvailable
-from gateway.http import (
-    ClientDisconnected,
-    forward_request_headers,
-    forward_response_headers,
-    read_body,
-    run_until_disconnect,
-    send_error,
-)
-from gateway.proxy import request_id_of
+from gateway.endpoint import request_id_of
+from gateway.http import forward_request_headers, forward_response_headers, read_body, send_error
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
 from gateway.upstreams.base import UpstreamRequest
+from llm_wire.asgi import ClientDisconnected, run_until_disconnect
 
 __all__ = ["Passthrough"]
 

@@ -1,9 +1,10 @@
 """Policy: what the gateway does to each request, reloaded live from TOML.
 
-The policy file holds the knobs operators tune while traffic flows (retries, streaming, and
-later the cache, routing, compression and shedding stages). :class:`PolicyStore` watches the
-file and swaps in a new, fully validated :class:`Policy` atomically; an invalid edit is
-rejected and logged, and the old policy keeps serving.
+The policy file holds the knobs operators tune while traffic flows: the pipeline's stages
+and their order, and each stage's settings (cache, routing, admission, degraded mode),
+retries and streaming. :class:`PolicyStore` watches the file, parses and validates an edit
+on a worker thread, and swaps the new :class:`Policy` in on the event loop, atomically; an
+invalid edit is rejected and logged, and the old policy keeps serving.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
-    "CachePolicy", "DegradedPolicy", "OperatingPoint", "Policy", "PolicyStore", "RetryPolicy",
-    "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "load_policy",
+    "CachePolicy", "DegradedPolicy", "OperatingPoint", "PipelinePolicy", "Policy", "PolicyStore",
+    "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "load_policy",
 ]
 
 log = structlog.get_logger("gateway.policy")
@@ -186,7 +187,21 @@ class RoutingPolicy:
 
 
 @dataclass(frozen=True)
+class PipelinePolicy:
+    """The stages every model request goes through, in order (see gateway.pipeline); the
+    terminal step (dispatch to the upstreams) always comes last."""
+
+    stages: tuple[str, ...] = ("cache", "route", "admission")
+
+    def __post_init__(self) -> None:
+        from gateway.pipeline import check_stages  # stages import this module
+
+        check_stages(self.stages)
+
+
+@dataclass(frozen=True)
 class Policy:
+    pipeline: PipelinePolicy = field(default_factory=PipelinePolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     streaming: StreamingPolicy = field(default_factory=StreamingPolicy)
@@ -204,10 +219,12 @@ def load_policy(path: str | Path) -> Policy:
 
 
 class PolicyStore:
-    """Holds the current policy; ``current`` is read on every request (one attribute load).
+    """Holds the current policy; ``current`` is replaced whole, never changed in place.
 
-    ``watch()`` runs until cancelled, reloading on change. ``reload()`` may also be called
-    directly (e.g. on SIGHUP); it returns True when a new policy was swapped in.
+    ``watch()`` runs until cancelled, reloading on change: the file is parsed and validated
+    on a worker thread, and the new policy is swapped in (and ``on_reload(ok)`` called) on
+    the event loop, so whatever reacts to it (limiters, breakers, the pipeline) changes on
+    the thread that serves requests. ``reload()`` does the same synchronously (no loop).
     """
 
     def __init__(self, path: str | Path, on_reload: Callable[[bool], None] | None = None,
@@ -216,7 +233,7 @@ class PolicyStore:
         #: Checks against the rest of the gateway (e.g. that tiers name known models): raises
         #: ValueError, which rejects the policy like a schema error.
         self._check = check
-        self.current: Policy = self._load()
+        self.current: Policy = self.load()
         self.reloads = 0
         self.rejected = 0
         #: Bumped after every reload attempt, valid or not; see wait_generation().
@@ -224,31 +241,15 @@ class PolicyStore:
         self._on_reload = on_reload
         self._cond = threading.Condition()
 
-    def reload(self) -> bool:
+    def load(self) -> Policy:
+        """Parse and validate the file (any thread, no side effects); raises ConfigError."""
         try:
             if self.path.stat().st_size == 0:
                 # Mid-write (truncate, then write): an empty file would silently mean "all
                 # defaults". The write that follows triggers the real reload.
                 raise ConfigError(str(self.path), "", "empty policy file")
-            policy = self._load()
-        except (ConfigError, OSError) as exc:
-            self.rejected += 1
-            log.error("policy_rejected", path=str(self.path), error=str(exc))
-            ok = False
-        else:
-            ok = True
-            if policy != self.current:
-                self.current = policy
-                self.reloads += 1
-                log.info("policy_reloaded", path=str(self.path), version=policy.version)
-        if self._on_reload is not None:
-            self._on_reload(ok)
-        with self._cond:
-            self.generation += 1
-            self._cond.notify_all()
-        return ok
-
-    def _load(self) -> Policy:
+        except OSError as exc:
+            raise ConfigError(str(self.path), "", f"cannot read: {exc}") from exc
         policy = load_policy(self.path)
         if self._check is not None:
             try:
@@ -256,6 +257,38 @@ class PolicyStore:
             except ValueError as exc:
                 raise ConfigError(str(self.path), "", str(exc)) from exc
         return policy
+
+    def reload(self) -> bool:
+        """Load and swap in on the calling thread; True when the file was valid."""
+        try:
+            policy: Policy | None = self.load()
+        except ConfigError as exc:
+            policy = self._rejected(exc)
+        return self._commit(policy)
+
+    async def reload_async(self) -> bool:
+        """Load on a worker thread, swap in on the event loop; True when valid."""
+        try:
+            policy: Policy | None = await asyncio.to_thread(self.load)
+        except ConfigError as exc:
+            policy = self._rejected(exc)
+        return self._commit(policy)
+
+    def _rejected(self, exc: ConfigError) -> None:
+        self.rejected += 1
+        log.error("policy_rejected", path=str(self.path), error=str(exc))
+
+    def _commit(self, policy: Policy | None) -> bool:
+        if policy is not None and policy != self.current:
+            self.current = policy
+            self.reloads += 1
+            log.info("policy_reloaded", path=str(self.path), version=policy.version)
+        if self._on_reload is not None:
+            self._on_reload(policy is not None)
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+        return policy is not None
 
     def wait_generation(self, after: int, timeout: float) -> bool:
         """Block (any thread) until a reload attempt newer than ``after`` finished."""
@@ -279,4 +312,4 @@ class PolicyStore:
                 if ready is not None and not ready.is_set():
                     ready.set()
                 if changes:
-                    await asyncio.to_thread(self.reload)
+                    await self.reload_async()

@@ -36,6 +36,7 @@ route_score        the router's score, P(strong tier needed); null without an em
 route_threshold    the score at or above which the strong tier is chosen
 route_fallback     the tier that served instead, when the chosen tier failed or shed
 route_ms           time spent deciding (embedding included when the cache had none)
+policy_version     the ``version`` of the policy snapshot the request was served under
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -69,7 +70,7 @@ FIELDS = (
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
-    "route_fallback", "route_ms",
+    "route_fallback", "route_ms", "policy_version",
 )
 
 
@@ -121,6 +122,7 @@ class RequestRecord:
     route_threshold: float | None = None
     route_fallback: str | None = None
     route_ms: float | None = None
+    policy_version: str | None = None
     compression: Any = None
     shed: str | None = None
     retries: int = 0

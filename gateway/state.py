@@ -1,33 +1,39 @@
 """The gateway's runtime objects, built from a :class:`~gateway.config.Config`.
 
-One :class:`Gateway` per app: no module-level state. Built by the app factory, closed by the
-app's lifespan.
+One :class:`Gateway` per app: no module-level state. Built by the app factory (the
+composition root, which also hands in the embedder), closed by the app's lifespan. What a
+request reads of the policy is one :class:`Runtime`: the policy and the pipeline built from
+it, replaced whole on reload (on the event loop), so a request in flight finishes on the
+snapshot it started with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.admission import EntryLimits, ModelLimiters
 from gateway.auth import Authenticator
 from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
-from gateway.cache.stage import Embed, ResponseCache
+from gateway.cache.cache import ResponseCache
 from gateway.cache.verifier import ARTIFACT, Verifier
 from gateway.config import CacheConfig, Config, Target, UpstreamConfig
-from gateway.degraded import EntryLimits
-from gateway.dispatch import Dispatcher
+from gateway.dispatch import Dispatch, Dispatcher
+from gateway.embedding import Embed, LoadEmbedder
 from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
+from gateway.pipeline import Pipeline
 from gateway.policy import Policy, PolicyStore
 from gateway.requestlog import RequestIds, RequestLogger
-from gateway.routing.stage import RoutingStage
+from gateway.routing.routers import Routers
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 
-__all__ = ["Gateway", "ModelRoute", "ModelTable", "build_cache", "build_upstream"]
+__all__ = ["Gateway", "ModelRoute", "ModelTable", "Runtime", "build_cache", "build_upstream"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,14 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
     return OpenAIUpstream(name, config)
 
 
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What one request reads of the policy: the snapshot and its pipeline."""
+
+    policy: Policy
+    pipeline: Pipeline
+
+
 class Gateway:
     def __init__(
         self,
@@ -86,55 +100,68 @@ class Gateway:
         request_sink: Callable[[dict[str, Any]], None] | None = None,
         upstreams: dict[str, Upstream] | None = None,
         embed: Embed | None = None,
+        load_embedder: LoadEmbedder | None = None,
     ):
         self.config = config
         self.metrics = Metrics()
         self.models = ModelTable(config)
-        self.routing = RoutingStage(embed)
-        self.metrics.watch_routing(self.routing)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.routers = Routers(embed)
+        self.metrics.watch_routing(self.routers)
         self.policies = PolicyStore(config.policy_path, on_reload=self._policy_reloaded,
                                     check=self._check_policy)
         self.auth = Authenticator(config.auth, source=config.path)
         self.upstreams = upstreams if upstreams is not None else {
             name: build_upstream(name, up) for name, up in config.upstreams.items()
         }
-        self.dispatcher = Dispatcher(self.upstreams, self.policies.current)
-        self.limits = EntryLimits()
+        policy = self.policies.current
+        self.dispatcher = Dispatcher(self.upstreams, policy)
+        self.entry_limits = EntryLimits()
+        self.model_limiters = ModelLimiters()
         self.metrics.watch_guards(self.dispatcher)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
         self.request_ids = RequestIds()
         self.cache = build_cache(config.cache, embed) if config.cache.enabled else None
         if self.cache is not None:
             self.metrics.watch_cache(self.cache)
-        self._embedder: Any = None
+        self._terminal = Dispatch(self.dispatcher, self.models)
+        self.runtime = Runtime(policy, Pipeline(policy, self, self._terminal))
+        self._load_embedder = load_embedder
+        self._stop_embedder: Callable[[], None] | None = None
         self._loading: asyncio.Task[None] | None = None
 
     @property
     def policy(self) -> Policy:
-        return self.policies.current
+        """The current policy (a request uses the snapshot in its context instead)."""
+        return self.runtime.policy
 
     def _check_policy(self, policy: Policy) -> None:
-        self.routing.check(policy.routing, self.models.routes.keys())
+        self.routers.check(policy.routing, self.models.routes.keys())
 
     def _policy_reloaded(self, ok: bool) -> None:
-        """Runs on the reloading thread."""
+        """After each reload attempt, on the event loop (or the reloading thread when no
+        loop runs): swap the runtime and follow the new limits."""
         self.metrics.policy_reloads.labels("ok" if ok else "rejected").inc()
-        if ok:
-            self.dispatcher.update(self.policies.current)
-            if self._loop is not None and self._wants_embedder():
-                self._loop.call_soon_threadsafe(self._start_embedder)
+        policy = self.policies.current
+        if not ok or policy is self.runtime.policy:
+            return
+        self.runtime = Runtime(policy, Pipeline(policy, self, self._terminal))
+        self.dispatcher.update(policy)
+        self.model_limiters.update(policy.admission)
+        if self._wants_embedder():
+            self._start_embedder()
 
     def _wants_embedder(self) -> bool:
         """The semantic cache or a router needs embeddings and none were given."""
         cache = self.cache is not None and self.cache.embed is None \
             and self.config.cache.semantic
-        routing = self.routing.embed is None and bool(self.policy.routing.routers)
-        return cache or routing
+        routing = self.routers.embed is None and bool(self.policy.routing.routers)
+        return self._load_embedder is not None and (cache or routing)
 
     def _start_embedder(self) -> None:
-        if self._loading is None and self._embedder is None:
-            self._loading = asyncio.create_task(self._load_embedder())
+        with contextlib.suppress(RuntimeError):  # no running loop: start() will do it
+            asyncio.get_running_loop()
+            if self._loading is None and self._stop_embedder is None:
+                self._loading = asyncio.create_task(self._start_loading())
 
     def ready(self) -> list[str]:
         """Upstreams that can take traffic now: enabled, and their breaker not open."""
@@ -153,29 +180,25 @@ class Gateway:
         for upstream in self.upstreams.values():
             if upstream.enabled:
                 await upstream.start()
-        self._loop = asyncio.get_running_loop()
         if self._wants_embedder():
             # The embedding model loads in the background: until it is ready, the cache
             # serves exact matches only and routers send requests to their strong tier.
             self._start_embedder()
 
-    async def _load_embedder(self) -> None:
-        from local_engine.async_engine import AsyncEngine
-        from local_engine.embedder import Embedder
-
-        embedder = await asyncio.to_thread(Embedder.load)
-        self._embedder = AsyncEngine(None, embedder).start()
+    async def _start_loading(self) -> None:
+        assert self._load_embedder is not None
+        embed, self._stop_embedder = await self._load_embedder()
         if self.cache is not None and self.config.cache.semantic and self.cache.embed is None:
-            self.cache.embed = self._embedder.embed
-        if self.routing.embed is None:
-            self.routing.embed = self._embedder.embed
+            self.cache.embed = embed
+        if self.routers.embed is None:
+            self.routers.embed = embed
 
     async def aclose(self) -> None:
         if self._loading is not None:
             self._loading.cancel()
         if self.cache is not None:
             await self.cache.aclose()
-        if self._embedder is not None:
-            self._embedder.close()
+        if self._stop_embedder is not None:
+            self._stop_embedder()
         for upstream in self.upstreams.values():
             await upstream.aclose()

@@ -1,14 +1,16 @@
-"""The response cache stage: look up before routing, store after the last byte.
+"""The response cache: look a request up, store an answer. (The pipeline stage that uses
+it is :mod:`gateway.stages.cache`.)
 
 Lookup, in order: eligibility (policy, ``Cache-Control: no-cache``), the exact layer (no
 embedding needed), then the semantic layer: embed the last user message (one embedding per
-request, kept on the :class:`Lookup` for later stages), take the nearest entries of the same
+request, kept in the request's memo for later stages), take the nearest entries of the same
 scope, and serve the first whose cosine similarity and verifier score both pass the route's
 operating point. Every backend call is bounded by ``lookup_timeout_ms``; a slow or failing
 backend turns the request into a bypass (counted, logged), never an error.
 
 Storing happens after the response's last byte, in a background task, and only for complete
-answers (see :mod:`gateway.cache.answer`); never with ``Cache-Control: no-store``.
+answers (see :class:`~gateway.formats.answer.Answer`); never with ``Cache-Control:
+no-store``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +29,15 @@ import structlog
 from gateway.cache.backend import Backend, Entry
 from gateway.cache.keys import CacheKey, cache_key, ineligible_reason
 from gateway.cache.verifier import Verifier
+from gateway.context import Headers, RequestContext
+from gateway.embedding import Embed
+from gateway.formats.answer import Answer
 from gateway.policy import CachePolicy, OperatingPoint
-from gateway.requestlog import RequestRecord
 
 __all__ = ["CacheStats", "Lookup", "ResponseCache", "cache_directives", "namespace_of"]
 
 log = structlog.get_logger("gateway.cache")
 
-Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 _EMBED_TIMEOUT_S = 1.0
 
 
@@ -66,7 +69,7 @@ class Lookup:
     max_tokens: int | None = None
 
 
-def cache_directives(headers: list[tuple[bytes, bytes]]) -> set[str]:
+def cache_directives(headers: Headers) -> set[str]:
     """The request's ``Cache-Control`` directives, lower-cased."""
     out: set[str] = set()
     for k, v in headers:
@@ -75,7 +78,7 @@ def cache_directives(headers: list[tuple[bytes, bytes]]) -> set[str]:
     return out
 
 
-def namespace_of(headers: list[tuple[bytes, bytes]], key_id: str | None) -> str:
+def namespace_of(headers: Headers, key_id: str | None) -> str:
     """The key's namespace (``default`` without keys), narrowed by ``x-gateway-cache-
     namespace``; a client can never reach another key's entries through the header."""
     base = key_id or "default"
@@ -103,14 +106,15 @@ class ResponseCache:
             log.warning("cache_backend_failed", op=op, error=type(exc).__name__)
             raise _Bypass from exc
 
-    async def lookup(self, data: dict[str, Any], headers: list[tuple[bytes, bytes]],
-                     model: str, key_id: str | None, policy: CachePolicy,
-                     rec: RequestRecord) -> Lookup:
-        """Never raises for cache trouble: returns a Lookup without a hit instead."""
+    async def lookup(self, ctx: RequestContext, policy: CachePolicy) -> Lookup:
+        """Look ``ctx`` up in its scope (``ctx.model``); the outcome goes to the record's
+        ``cache*`` fields. Never raises for cache trouble: returns a Lookup without a hit
+        instead."""
         started = time.perf_counter()
         result = Lookup()
+        rec = ctx.record
         try:
-            await self._lookup(data, headers, model, key_id, policy, rec, result)
+            await self._lookup(ctx, policy, result)
         except _Bypass:
             rec.cache = "bypass"
             result.hit = None
@@ -119,14 +123,13 @@ class ResponseCache:
         self.stats.count(rec.cache or "bypass", rec.cache_layer or "")
         return result
 
-    async def _lookup(self, data: dict[str, Any], headers: list[tuple[bytes, bytes]],
-                      model: str, key_id: str | None, policy: CachePolicy,
-                      rec: RequestRecord, result: Lookup) -> None:
-        directives = cache_directives(headers)
+    async def _lookup(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
+        data, rec, model = ctx.body, ctx.record, ctx.model
+        directives = cache_directives(ctx.headers)
         if ineligible_reason(data, policy.max_temperature) is not None:
             rec.cache = "bypass"
             return
-        key = result.key = cache_key(data, namespace_of(headers, key_id), model)
+        key = result.key = cache_key(data, namespace_of(ctx.headers, ctx.key_id), model)
         limit = data.get("max_completion_tokens", data.get("max_tokens"))
         result.max_tokens = limit if isinstance(limit, int) else None
         result.store = "no-store" not in directives
@@ -143,20 +146,12 @@ class ResponseCache:
             return
         if not (policy.semantic and key.scope and self.embed is not None):
             return
-        if self.embedding >= policy.max_pending_embeddings:
-            # The embedding thread is saturated: waiting would cost more than a miss saves.
-            self.stats.fail("embed_busy")
-            return
-        self.embedding += 1
-        try:
-            async with asyncio.timeout(_EMBED_TIMEOUT_S):
-                result.vector = (await self.embed([key.query or ""]))[0]
-        except Exception as exc:  # noqa: BLE001 - no embedding: exact layer only
-            self.stats.fail("embed")
-            log.warning("cache_embed_failed", error=type(exc).__name__)
-            return
-        finally:
-            self.embedding -= 1
+        result.vector = ctx.memo.embeddings.get(key.query or "")
+        if result.vector is None:
+            result.vector = await self._embed(key.query or "", policy)
+            if result.vector is None:
+                return
+            ctx.memo.embeddings[key.query or ""] = result.vector
         found = await self._bounded("search", self.backend.search(
             key.scope, result.vector, policy.candidates), timeout)
         try:
@@ -174,6 +169,25 @@ class ResponseCache:
             best = next((c for c in result.candidates if c[0] is hit), result.candidates[0])
             rec.similarity, rec.verified = round(best[1], 4), round(best[2], 4)
 
+    async def _embed(self, text: str, policy: CachePolicy) -> np.ndarray | None:
+        """The text's embedding, or None (the embedder busy, failing or too slow)."""
+        assert self.embed is not None
+        if self.embedding >= policy.max_pending_embeddings:
+            # The embedding thread is saturated: waiting would cost more than a miss saves.
+            self.stats.fail("embed_busy")
+            return None
+        self.embedding += 1
+        try:
+            async with asyncio.timeout(_EMBED_TIMEOUT_S):
+                vector: np.ndarray = (await self.embed([text]))[0]
+                return vector
+        except Exception as exc:  # noqa: BLE001 - no embedding: exact layer only
+            self.stats.fail("embed")
+            log.warning("cache_embed_failed", error=type(exc).__name__)
+            return None
+        finally:
+            self.embedding -= 1
+
     def _verify(self, key: CacheKey, vector: np.ndarray, entry: Entry) -> float:
         if self.verifier is None or entry.vector is None:
             return 1.0
@@ -188,13 +202,13 @@ class ResponseCache:
                 return entry
         return None
 
-    def store_later(self, result: Lookup, answer: bytes | None, policy: CachePolicy) -> None:
+    def store_later(self, result: Lookup, answer: Answer | None, policy: CachePolicy) -> None:
         """Store ``answer`` in the background (nothing when it is None or must not be)."""
         if answer is None or not result.store or result.key is None or result.hit is not None:
             return
         key = result.key
         entry = Entry(uuid.uuid4().hex, key.exact, key.scope if result.vector is not None
-                      else None, key.namespace, key.query or "", answer)
+                      else None, key.namespace, key.query or "", answer.to_bytes())
         task = asyncio.get_running_loop().create_task(
             self._store(entry, result.vector, policy))
         self._tasks.add(task)

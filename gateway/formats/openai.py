@@ -1,19 +1,37 @@
-"""Parse and check OpenAI request bodies once, at the door.
+"""The OpenAI wire format: requests in, answers and errors out. Pure, no I/O.
 
-Only what the gateway relies on is checked (the upstream validates the rest, and fields it
-does not know pass through untouched, so new API fields work on day one). Errors follow the
-OpenAI shape: ``invalid_request_error`` with ``param`` naming the field.
+- :func:`parse_request`: a request body, parsed once and checked at the door. Only what the
+  gateway relies on is checked (the upstream validates the rest, and fields it does not know
+  pass through untouched, so new API fields work on day one). Errors follow the OpenAI
+  shape: ``invalid_request_error`` with ``param`` naming the field.
+- :func:`answer_from_completion` / :class:`AnswerCollector`: the format-neutral
+  :class:`~gateway.formats.answer.Answer` of a ``chat.completion`` body or chunk stream.
+- :func:`completion_body` / :func:`completion_events`: an answer rendered as a
+  ``chat.completion`` JSON body or as a chunk stream (role chunk, content chunks, finish
+  chunk, usage chunk when asked, ``[DONE]``) that the openai SDK parses like any other.
+- :func:`error_body` / :func:`error_event`: a :class:`~gateway.errors.GatewayError` as an
+  error response body or as an SSE error event (the SDK raises on it).
+
+Wire format: https://platform.openai.com/docs/api-reference/chat
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any, Literal
 
 import orjson
 
-from gateway.errors import InvalidJSON, InvalidRequest
+from gateway.errors import GatewayError, InvalidJSON, InvalidRequest
+from gateway.formats.answer import Answer
+from llm_wire import errors as wire_errors
+from llm_wire.sse import DONE, data_event, json_event
 
-__all__ = ["Kind", "parse_body"]
+__all__ = [
+    "AnswerCollector", "Kind", "answer_from_completion", "completion_body",
+    "completion_events", "error_body", "error_event", "parse_request",
+]
 
 Kind = Literal["chat", "completions", "embeddings"]
 
@@ -26,7 +44,7 @@ _NUMBERS: dict[str, tuple[float, float]] = {
 _POSITIVE_INTS = frozenset({"max_tokens", "max_completion_tokens", "n"})
 
 
-def parse_body(body: bytes, kind: Kind) -> dict[str, Any]:
+def parse_request(body: bytes, kind: Kind) -> dict[str, Any]:
     """The request as a dict; raises InvalidJSON or InvalidRequest (400) naming the field."""
     try:
         data = orjson.loads(body)
@@ -101,3 +119,126 @@ def _type(param: str, expected: str, value: Any) -> InvalidRequest:
     shown = orjson.dumps(value).decode()[:80] if value is not None else "null"
     return InvalidRequest(f"'{param}' must be {expected}, got {shown}", param=param,
                           code="invalid_type")
+
+
+# -- answers ---------------------------------------------------------------------------------
+
+_CHUNK_CHARS = 64  # characters per content chunk when a stored answer is streamed
+
+
+def answer_from_completion(body: bytes, allow_tools: bool) -> Answer | None:
+    """The answer of a ``chat.completion`` body if it may be kept, else None (an error, an
+    incomplete answer, several choices, tool calls not allowed...)."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or "error" in obj:
+        return None
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return None
+    usage = obj.get("usage")
+    return Answer.complete(message.get("content"), str(choices[0].get("finish_reason")),
+                           str(obj.get("model", "")), message.get("tool_calls"),
+                           usage if isinstance(usage, dict) else None, allow_tools)
+
+
+class AnswerCollector:
+    """Rebuilds the answer of a chunk stream from its events, fed as they are sent."""
+
+    __slots__ = ("broken", "content", "model", "tool_calls")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.tool_calls = False
+        self.model = ""
+        self.broken = False
+
+    def feed(self, events: bytes) -> None:
+        """Take a block of whole SSE events."""
+        for event in events.split(b"\n\n"):
+            if not event.startswith(b"data: {"):
+                continue
+            try:
+                obj = orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                self.broken = True
+                continue
+            self.model = obj.get("model") or self.model
+            for choice in obj.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    self.broken = True  # n > 1: not one answer
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    self.content.append(delta["content"])
+                if delta.get("tool_calls"):
+                    self.tool_calls = True
+
+    def answer(self, finish: str | None, usage: dict[str, Any] | None) -> Answer | None:
+        """The whole answer, or None when it may not be kept (streamed tool calls are not
+        reassembled)."""
+        if self.broken or self.tool_calls or finish != "stop":
+            return None
+        return Answer.complete("".join(self.content), finish, self.model, None, usage, False)
+
+
+def _usage(answer: Answer) -> dict[str, Any]:
+    prompt = answer.prompt_tokens or 0
+    completion = answer.completion_tokens or 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": prompt}}
+
+
+def completion_body(answer: Answer, id_: str | None = None) -> bytes:
+    """A ``chat.completion`` JSON body for ``answer`` (its prompt counted as cached)."""
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": None}
+    if answer.tool_calls:
+        message["tool_calls"] = answer.tool_calls
+    return orjson.dumps({
+        "id": id_ or "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion",
+        "created": int(time.time()), "model": answer.model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": answer.finish_reason}],
+        "usage": _usage(answer),
+    })
+
+
+def completion_events(answer: Answer, include_usage: bool, id_: str | None = None) -> bytes:
+    """The whole chunk stream of ``answer``, ``[DONE]`` included (one write: it is
+    already complete)."""
+    base = {"id": id_ or "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": answer.model}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return json_event({**base, "choices": [
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    content = answer.content or ""
+    for i in range(0, len(content), _CHUNK_CHARS):
+        out.append(chunk({"content": content[i:i + _CHUNK_CHARS]}))
+    if answer.tool_calls:
+        out.append(chunk({"tool_calls": [{**c, "index": i}
+                                         for i, c in enumerate(answer.tool_calls)]}))
+    out.append(chunk({}, answer.finish_reason))
+    if include_usage:
+        out.append(json_event({**base, "choices": [], "usage": _usage(answer)}))
+    out.append(DONE)
+    return b"".join(out)
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+def error_body(error: GatewayError) -> bytes:
+    """``{"error": {message, type, param, code}}`` for ``error`` (bytes)."""
+    return wire_errors.error_body(error.message, error.type, error.code, error.param)
+
+
+def error_event(error: GatewayError) -> bytes:
+    """An SSE event carrying the OpenAI error object; the openai SDK raises on it."""
+    return data_event(error_body(error))

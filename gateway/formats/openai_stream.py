@@ -1,4 +1,4 @@
-"""Observe an OpenAI server-sent-event stream on its way through, without re-serialising it.
+"""Observe an OpenAI chunk stream (SSE) on its way through, without re-serialising it.
 
 :class:`StreamObserver` cuts the byte stream into whole events (so the client never gets
 half an event from us) and notes what logs and metrics need: when the first event arrived,
@@ -14,18 +14,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["StreamObserver", "error_event"]
+__all__ = ["StreamObserver"]
 
 _FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
 _DONE = b"data: [DONE]"
 
 
-def error_event(error: dict[str, Any]) -> bytes:
-    """An SSE event carrying an OpenAI error object; the openai SDK raises on it."""
-    return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
-
-
 class StreamObserver:
+    """Cuts an upstream's bytes into whole events and notes ``done`` (``[DONE]`` seen),
+    ``errored`` (an error event seen), ``finish_reason`` and ``usage``."""
+
     __slots__ = ("_buf", "_hide_usage", "done", "errored", "events", "finish_reason", "usage")
 
     def __init__(self, hide_usage_chunk: bool = False):

@@ -1,7 +1,8 @@
-"""The routing stage: a request for a router alias (e.g. ``model = "auto"``) gets a tier.
+"""Routers by name: their loaded artifacts, thresholds and per-request decisions. (The
+pipeline stage that uses them is :mod:`gateway.stages.route`.)
 
-Runs after the cache lookup, so a cache hit never pays for routing, and reuses the
-embedding the lookup computed when it embedded the same text (one embedding per request).
+A request for a router alias (e.g. ``model = "auto"``) gets a tier. The decision reuses an
+embedding of the same text that an earlier stage computed (one embedding per request).
 The decision (:class:`Decision`) lists the public models to try in order: the chosen tier's
 models, then, with ``fallback``, the other tier's. Without an embedding (the embedder is
 still loading, failed or timed out), the request goes to the strong tier: quality first.
@@ -17,12 +18,12 @@ from typing import Any
 import numpy as np
 import structlog
 
-from gateway.cache.stage import Embed
+from gateway.embedding import Embed
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.features import last_user_text, text_features, user_turns
 from gateway.routing.router import Router, artifact_path
 
-__all__ = ["Decision", "RoutingStage"]
+__all__ = ["Decision", "Routers"]
 
 log = structlog.get_logger("gateway.routing")
 
@@ -40,7 +41,7 @@ class Decision:
     chain: tuple[tuple[str, str], ...]
 
 
-class RoutingStage:
+class Routers:
     """Holds the loaded router artifacts and decides per request. An artifact is read once,
     and again by :meth:`check` (start-up, each policy reload) when its file has changed:
     replace the file, then save the policy, and the new artifact routes."""
@@ -104,16 +105,17 @@ class RoutingStage:
         return value
 
     async def decide(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
-                     data: dict[str, Any],
-                     known: tuple[str | None, np.ndarray | None] = (None, None)) -> Decision:
-        """Route one request. ``known``: a text an earlier stage embedded and its vector,
-        reused when it is this request's last user message (one embedding per request).
-        Never raises for embedding trouble (strong tier instead)."""
+                     data: dict[str, Any], embeddings: dict[str, Any]) -> Decision:
+        """Route one request. ``embeddings``: the request's memo (text -> vector); the last
+        user message's embedding is taken from it, or computed and put there (one embedding
+        per request). Never raises for embedding trouble (strong tier instead)."""
         messages = data.get("messages")
         text = last_user_text(messages)
-        vector = known[1] if known[0] == text else None
+        vector = embeddings.get(text)
         if vector is None:
             vector = await self._embed(text)
+            if vector is not None:
+                embeddings[text] = vector
         threshold = self.threshold(policy)
         score = None if vector is None else self.router(policy.artifact).score(
             vector, text_features(text, user_turns(messages)))

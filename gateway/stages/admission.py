@@ -1,104 +1,139 @@
-"""Degraded mode: what the gateway does with a request it cannot admit.
+"""Stage ``admission``: limits on arrival, a slot for the model, and degraded mode when the
+request cannot be admitted.
 
-Gateway-wide and per-key limits are checked on arrival (:class:`EntryLimits`); a request that
-passes is dispatched, and when no target of its model can take it (limiter queue full or
-timed out, breakers open: :class:`~gateway.admission.Shed`), the policy's actions run in order:
+Gateway-wide and per-key limits are checked on arrival (429 for a key's own limit, 503
+beyond the gateway's); a model with its own ``model_max_concurrency`` queues the request
+for a slot; the request's priority and prompt size (:class:`~gateway.context.Ticket`) decide
+how it queues there and at its upstreams' limiters (:mod:`gateway.admission`). When no
+target can take it (queue full or timed out, breakers open:
+:class:`~gateway.admission.Shed`), the policy's degraded actions run in order:
 
 - ``cache``: serve it from the semantic cache at the policy's relaxed operating point
-  (``cache.relaxed``); the answer says ``x-gateway-degraded: cache:<reason>``;
+  (``cache.relaxed``), if an earlier stage offered that; the answer says
+  ``x-gateway-degraded: cache:<reason>``;
 - ``reroute``: serve it from ``degraded.reroute_model`` instead (a small tier or the local
-  engine); the answer says so in ``x-gateway-degraded: rerouted:<reason>``;
-- ``reject``: answer at once with 503 (429 for a key's own limit), ``Retry-After`` and
-  ``{"error": {"type": "overloaded_error", "code": "degraded_mode"}}``.
+  engine); the answer says ``x-gateway-degraded: rerouted:<reason>``;
+- ``reject``: answer at once with 503, ``Retry-After`` and ``{"error": {"type":
+  "overloaded_error", "code": "degraded_mode"}}``.
 
 Never a silent timeout: every degraded answer is labelled in its headers and its log line.
-(Harder compression joins the actions when the compression stage lands.)
+While an earlier stage still has another target to try (the route stage's other tier), a
+shed request goes back to it first. Slots and counts are held until the reply's last byte.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gateway.admission import AdmissionPolicy, Shed
-from gateway.errors import Overloaded, TenantLimited
-from gateway.policy import DegradedPolicy
-from gateway.requestlog import RequestRecord
+from gateway.admission import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
+from gateway.context import Headers, Outcome, Reply, RequestContext, Ticket
+from gateway.errors import Overloaded
+from gateway.metrics import Metrics
+from gateway.pipeline import Next
 
-__all__ = ["EntryLimits", "serve_or_degrade"]
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+    from gateway.state import Gateway, ModelTable
 
-Serve = Callable[[Any], Awaitable[None]]
+__all__ = ["AFTER", "AdmissionStage", "build", "ticket"]
 
-
-class EntryLimits:
-    """Requests in flight per gateway key, against ``per_key_max_concurrency``, and the
-    gateway-wide ``global_max_concurrency``."""
-
-    def __init__(self) -> None:
-        self.per_key: dict[str, int] = {}
-
-    def enter(self, policy: AdmissionPolicy, key_id: str | None, in_flight: int,
-              retry_after_s: int) -> None:
-        """Count the request in; raises TenantLimited (429) or Overloaded (503)."""
-        if not policy.enabled:
-            return
-        if policy.global_max_concurrency and in_flight > policy.global_max_concurrency:
-            raise Overloaded("the gateway is at its concurrency limit; retry later",
-                             reason="global_limit", retry_after_s=retry_after_s)
-        if key_id is not None:
-            count = self.per_key.get(key_id, 0)
-            if policy.per_key_max_concurrency and count >= policy.per_key_max_concurrency:
-                raise TenantLimited(f"key '{key_id}' has {count} requests in flight, its "
-                                    "limit; retry later", reason="tenant_limit",
-                                    retry_after_s=retry_after_s)
-            self.per_key[key_id] = count + 1
-
-    def leave(self, key_id: str | None) -> None:
-        if key_id is not None and key_id in self.per_key:
-            count = self.per_key[key_id] - 1
-            if count:
-                self.per_key[key_id] = count
-            else:
-                del self.per_key[key_id]
+#: Admission needs the model to serve, which the route stage chooses.
+AFTER = ("route",)
 
 
-async def serve_or_degrade(
-    serve: Serve,
-    model: Any,
-    reroute: Any | None,
-    policy: DegradedPolicy,
-    rec: RequestRecord,
-    extra: list[tuple[bytes, bytes]],
-    from_cache: Callable[[str], Awaitable[bool]] | None = None,
-) -> None:
-    """``serve(model)``; when shed, run the degraded actions. ``reroute`` is the reroute
-    model (None when there is none, or it is the model asked for); ``from_cache(label)``
-    serves a relaxed semantic-cache hit, labelled, and says whether it could.
-    Raises Overloaded when every action is exhausted."""
-    try:
-        await serve(model)
-        return
-    except Shed as exc:
-        shed = exc
-    for action in policy.actions:
-        if action == "reject":
-            break
-        if action == "cache" and from_cache is not None:
-            label = f"cache:{shed.reason}"
-            if await from_cache(label):
+def build(gateway: Gateway, policy: Policy) -> AdmissionStage:
+    return AdmissionStage(gateway.entry_limits, gateway.model_limiters, gateway.metrics,
+                          gateway.models)
+
+
+def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Headers, size: int) -> Ticket:
+    """Priority from the key (``key_priority``), else the ``x-gateway-priority`` header,
+    else normal; a body over ``long_prompt_bytes`` goes to the long-prompt lane."""
+    priority = policy.key_priority.get(key_id, "") if key_id else ""
+    if not priority:
+        for k, v in headers:
+            if k == b"x-gateway-priority":
+                priority = v.decode("latin-1").strip().lower()
+        if priority not in PRIORITY_RANK:
+            priority = "normal"
+    return Ticket(priority, size > policy.long_prompt_bytes)
+
+
+class AdmissionStage:
+    def __init__(self, limits: EntryLimits, model_limiters: ModelLimiters, metrics: Metrics,
+                 models: ModelTable) -> None:
+        self.limits = limits
+        self.model_limiters = model_limiters
+        self.metrics = metrics
+        self.models = models
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
+        policy = ctx.policy.admission
+        if policy.enabled:
+            ctx.ticket = ticket(policy, ctx.key_id, ctx.headers, len(ctx.raw))
+        try:
+            return await self._admit(ctx, call_next)
+        except Shed as exc:
+            if ctx.fallbacks_left:
+                raise
+            return await self._degrade(ctx, call_next, exc)
+
+    async def _admit(self, ctx: RequestContext, call_next: Next) -> Reply:
+        """Count the request in, take its model's slot, serve; all held until the reply
+        ends. Raises Overloaded/TenantLimited on arrival limits, Shed when no slot."""
+        policy, key_id = ctx.policy.admission, ctx.key_id
+        self.limits.enter(policy, key_id, self.metrics.in_flight,
+                          ctx.policy.degraded.min_retry_after_s)
+        slot = None
+        try:
+            limiter = self.model_limiters.get(ctx.target, policy)
+            if limiter is not None and ctx.ticket is not None:
+                slot = await limiter.acquire(ctx.ticket.priority, ctx.ticket.long)
+            reply = await call_next(ctx)
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            self.limits.leave(policy, key_id)
+            raise
+
+        def release(outcome: Outcome) -> None:
+            if slot is not None:
+                slot.release()
+            self.limits.leave(policy, key_id)
+
+        reply.on_close(release)
+        return reply
+
+    async def _degrade(self, ctx: RequestContext, call_next: Next, shed: Shed) -> Reply:
+        """Run the degraded actions; raises Overloaded when every one is exhausted."""
+        policy, rec = ctx.policy.degraded, ctx.record
+        for action in policy.actions:
+            if action == "reject":
+                break
+            if action == "cache" and ctx.degraded_answer is not None:
+                label = f"cache:{shed.reason}"
+                reply = await ctx.degraded_answer(label)
+                if reply is not None:
+                    rec.shed = label
+                    return reply
+            if action == "reroute" and self._can_reroute(ctx, policy.reroute_model):
+                assert policy.reroute_model is not None
+                label = f"rerouted:{shed.reason}"
+                header = (b"x-gateway-degraded", label.encode())
                 rec.shed = label
-                return
-        if action == "reroute" and reroute is not None:
-            label = f"rerouted:{shed.reason}"
-            rec.shed = label
-            extra.append((b"x-gateway-degraded", label.encode()))
-            try:
-                await serve(reroute)
-                return
-            except Shed as exc:
-                shed = exc
-                extra.pop()
-    rec.shed = shed.reason
-    raise Overloaded(f"the gateway is overloaded ({shed.reason}); retry later",
-                     reason=shed.reason,
-                     retry_after_s=max(policy.min_retry_after_s, shed.retry_after_s))
+                ctx.response_headers.append(header)
+                ctx.target = policy.reroute_model
+                try:
+                    return await self._admit(ctx, call_next)
+                except Shed as exc:
+                    shed = exc
+                    ctx.response_headers.remove(header)
+        rec.shed = shed.reason
+        raise Overloaded(f"the gateway is overloaded ({shed.reason}); retry later",
+                         reason=shed.reason,
+                         retry_after_s=max(policy.min_retry_after_s, shed.retry_after_s))
+
+    def _can_reroute(self, ctx: RequestContext, model: str | None) -> bool:
+        routes = self.models.routes
+        reroute = routes.get(model or "")
+        return reroute is not None and reroute is not routes.get(ctx.target)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _eval(args: argparse.Namespace) -> int:
     from gateway.policy import load_policy
     from gateway.routing.features import text_features
-    from gateway.routing.stage import RoutingStage
+    from gateway.routing.routers import Routers
     from gateway.tools.embeddings import embed_texts
 
     policy = load_policy(Path(args.policy)).routing
@@ -37,7 +37,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"error: no router '{name}' in {args.policy} (routers: {known})", file=sys.stderr)
         return 2
     router_policy = policy.routers[name]
-    stage = RoutingStage()
+    stage = Routers()
     router = stage.router(router_policy.artifact)
     threshold = stage.threshold(router_policy)
     rows = [orjson.loads(line) for line in Path(args.prompts).read_bytes().splitlines()

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from gateway.admission import AdmissionPolicy
-from gateway.proxy import _ticket
+from gateway.stages.admission import ticket
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 ONE_SLOT = """
@@ -173,10 +173,10 @@ def test_retry_budget_refills_with_first_attempts():
 def test_priority_comes_from_the_key_then_the_header():
     policy = AdmissionPolicy(key_priority={"vip": "high"}, long_prompt_bytes=100)
     header = [(b"x-gateway-priority", b"LOW")]
-    assert _ticket(policy, "vip", header, 10).priority == "high"
-    assert _ticket(policy, "other", header, 10).priority == "low"
-    assert _ticket(policy, None, [(b"x-gateway-priority", b"urgent")], 10).priority == "normal"
-    assert _ticket(policy, None, [], 101).long is True
+    assert ticket(policy, "vip", header, 10).priority == "high"
+    assert ticket(policy, "other", header, 10).priority == "low"
+    assert ticket(policy, None, [(b"x-gateway-priority", b"urgent")], 10).priority == "normal"
+    assert ticket(policy, None, [], 101).long is True
 
 
 async def test_a_model_with_its_own_limit_is_shed_while_others_are_served(make_gateway, fake):

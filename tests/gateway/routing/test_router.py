@@ -14,7 +14,7 @@ import pytest
 from gateway.policy import RouterPolicy
 from gateway.routing.features import FEATURE_NAMES, text_features
 from gateway.routing.router import Router, artifact_path
-from gateway.routing.stage import RoutingStage
+from gateway.routing.routers import Routers
 
 ROOT = Path(__file__).resolve().parents[3]
 MULTI_STEP = ("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning "
@@ -61,7 +61,7 @@ def test_threshold_follows_the_target(shipped):
     half = shipped.threshold(strong_share=0.5)
     share = (shipped.calibration.thresholds[:-1] >= half).mean()
     assert share == pytest.approx(0.5, abs=0.01)
-    stage = RoutingStage()
+    stage = Routers()
     assert stage.threshold(RouterPolicy(threshold=0.3)) == 0.3
     assert stage.threshold(RouterPolicy()) == shipped.threshold(0.95)
 

@@ -348,7 +348,7 @@ model_max_concurrency = { "small-model" = 1 }
 max_queue = 0
 """
     gw = make_gateway(MODELS, policy=policy, embed=constant_embed)
-    limiter = gw.gateway.dispatcher.model_limiter("small-model", gw.gateway.policy.admission)
+    limiter = gw.gateway.model_limiters.get("small-model", gw.gateway.policy.admission)
     assert limiter is not None
     slot = gw.run(limiter.acquire("normal", False))  # someone else holds the only slot
     try:
@@ -371,7 +371,7 @@ def test_gateway_check_reports_an_unknown_tier_model(tmp_path, fake_server, arti
 
 def test_router_added_by_reload_loads_the_embedder(make_gateway, fake, artifact):
     gw = make_gateway(MODELS, watch=True)  # no cache, no router: no embedding model loaded
-    assert gw.gateway.routing.embed is None
+    assert gw.gateway.routers.embed is None
     store: PolicyStore = gw.gateway.policies
     generation = store.generation
     gw.policy_path.write_text(routing_policy(artifact).replace(

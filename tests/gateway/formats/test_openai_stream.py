@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.sse import StreamObserver, error_event
+from gateway.errors import GatewayError
+from gateway.formats.openai import error_event
+from gateway.formats.openai_stream import StreamObserver
 
 
 def ev(obj) -> bytes:
@@ -50,8 +52,7 @@ def test_crlf_framing_is_understood():
 
 def test_error_events_are_noticed():
     obs = StreamObserver()
-    obs.feed(error_event({"message": "boom", "type": "server_error", "param": None,
-                          "code": None}))
+    obs.feed(error_event(GatewayError("boom")))
     assert obs.errored and not obs.done
 
 

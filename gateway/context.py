@@ -1,0 +1,149 @@
+"""What a request carries through the pipeline, and what comes back out of it.
+
+:class:`RequestContext` is made once per request by the endpoint, after the body was read
+and parsed: stages read it, and write only what they own (the record's fields, response
+headers, the model to serve). Its ``policy`` is the snapshot taken at entry: a live reload
+in the middle of a request never mixes two policies.
+
+:class:`Reply` is what the pipeline answers: a complete body, or an upstream stream whose
+first chunk has been read. Nothing reaches the client until the pipeline returns, so a
+stage may still throw a reply away and try something else (the route stage's tier fallback).
+A stage that needs the end of the reply (an admission slot to release, an answer to store)
+registers ``on_close``; one that needs the bytes sent registers a ``tap``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.formats.openai import Kind
+from gateway.requestlog import RequestRecord
+
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+
+__all__ = ["Headers", "Kind", "Memo", "Outcome", "Reply", "RequestContext", "Stream", "Ticket"]
+
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """How a request queues for an admission slot: its priority class and whether it is a
+    long prompt (see :mod:`gateway.admission`)."""
+
+    priority: str = "normal"
+    long: bool = False
+
+
+@dataclass(slots=True)
+class Memo:
+    """Values derived from the request that several stages use, computed at most once.
+
+    ``embeddings``: text -> its unit vector (all-MiniLM-L6-v2, 384 floats), so the cache and
+    the router pay for one embedding of the same text.
+    """
+
+    embeddings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class RequestContext:
+    """One request, as the stages see it.
+
+    ``kind`` and ``path``: the endpoint (e.g. ``chat``, ``/chat/completions``); ``raw``: the
+    body as received (bytes); ``body``: it parsed; ``headers``: the client's (lower-case
+    names); ``key_id``: the gateway key's id, or None; ``policy``: the snapshot taken at
+    entry; ``record``: the log line's fields; ``model``: the public model (aliases resolved)
+    or router alias asked for; ``target``: the public model to serve it (a stage may choose
+    another); ``response_headers``: added to whatever answer goes out.
+    """
+
+    kind: Kind
+    path: str
+    raw: bytes
+    body: dict[str, Any]
+    headers: Headers
+    key_id: str | None
+    policy: Policy
+    record: RequestRecord
+    model: str
+    target: str
+    response_headers: Headers
+    memo: Memo = field(default_factory=Memo)
+    #: Set by admission: how the request queues for slots (None: no admission control).
+    ticket: Ticket | None = None
+    #: Set by a stage that will try another target when this one cannot be admitted (the
+    #: route stage's tier fallback): degraded-mode actions wait until none is left.
+    fallbacks_left: int = 0
+    #: Set by a stage that can answer an overloaded request at a lower standard (the cache's
+    #: relaxed semantic hit): called with the degraded label, returns a reply or None.
+    degraded_answer: Callable[[str], Awaitable[Reply | None]] | None = None
+
+    @property
+    def stream(self) -> bool:
+        return self.record.stream
+
+
+class Stream(Protocol):
+    """An upstream's open event stream: ``first`` (bytes already read), ``chunks`` (the rest,
+    as they arrive), ``close(failed)`` (``failed``: the upstream broke it)."""
+
+    first: bytes
+    chunks: AsyncIterator[bytes]
+
+    def close(self, failed: bool = False) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a reply ended. ``delivered``: the whole answer reached the client (a stream ended
+    with ``[DONE]`` and no error event). ``upstream_failed``: the upstream broke it (dropped,
+    stalled, an error event, no ``[DONE]``); a client that left is not the upstream's fault.
+    """
+
+    delivered: bool
+    upstream_failed: bool = False
+
+
+class Reply:
+    """The pipeline's answer. ``status`` and ``headers`` (for the client, upstream's already
+    filtered); then either ``body`` (complete: JSON, or a whole SSE stream when ``sse``) or
+    ``stream`` (an upstream stream, relayed event by event; ``hide_usage``: drop the usage
+    chunk the gateway asked for on the client's behalf)."""
+
+    __slots__ = ("_closers", "body", "headers", "hide_usage", "sse", "status", "stream",
+                 "taps")
+
+    def __init__(self, status: int, headers: Headers, body: bytes = b"", *,
+                 sse: bool = False, stream: Stream | None = None,
+                 hide_usage: bool = False) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.sse = sse or stream is not None
+        self.stream = stream
+        self.hide_usage = hide_usage
+        #: Called with each block of whole events sent to the client (streams only).
+        self.taps: list[Callable[[bytes], None]] = []
+        self._closers: list[Callable[[Outcome], None]] | None = []
+
+    def on_close(self, closer: Callable[[Outcome], None]) -> None:
+        """Call ``closer`` once, when the reply is over (sent, failed or abandoned)."""
+        if self._closers is None:
+            closer(Outcome(False))
+        else:
+            self._closers.append(closer)
+
+    def close(self, outcome: Outcome) -> None:
+        """End the reply: close the upstream stream, then run the closers (innermost stage
+        first). Idempotent."""
+        closers, self._closers = self._closers, None
+        if closers is None:
+            return
+        if self.stream is not None:
+            self.stream.close(outcome.upstream_failed)
+        for closer in closers:
+            closer(outcome)

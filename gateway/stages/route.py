@@ -1,0 +1,108 @@
+"""Stage ``route``: a request for a router alias (``model = "auto"``) gets a tier, and the
+other tier when the chosen one fails or sheds.
+
+The router scores the last user message (:mod:`gateway.routing`) and names the tier; the
+request is served by the tier's models in order, then, with ``fallback``, by the other
+tier's. A model is abandoned for the next while nothing has reached the client: a 5xx, a
+429, an unreachable upstream, a prompt too long for its context (``context_length_exceeded``)
+or shedding. The decision goes into ``x-route-tier``, ``x-route-score`` and
+``x-route-fallback`` and the log line. Explicit model names pass through untouched, unless
+a router opts them in (``routing.routers.NAME.models``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+import structlog
+
+from gateway.admission import Shed
+from gateway.context import Outcome, Reply, RequestContext
+from gateway.errors import NoUpstreamAvailable, Overloaded, UpstreamError, UpstreamTimeout
+from gateway.pipeline import Next
+from gateway.policy import RouterPolicy
+from gateway.routing.routers import Decision, Routers
+
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+    from gateway.state import Gateway
+
+__all__ = ["RouteStage", "build", "failed_status"]
+
+log = structlog.get_logger("gateway.routing")
+
+
+def build(gateway: Gateway, policy: Policy) -> RouteStage:
+    return RouteStage(gateway.routers, policy)
+
+
+class RouteStage:
+    def __init__(self, routers: Routers, policy: Policy) -> None:
+        self.routers = routers
+        routing = policy.routing
+        #: The router aliases clients may send as ``model``.
+        self.aliases = frozenset(routing.routers) if routing.enabled else frozenset()
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
+        routing = ctx.policy.routing
+        routed = routing.router_for(ctx.model) if ctx.kind == "chat" else None
+        if routed is None:
+            return await call_next(ctx)
+        decision = await self._decide(ctx, *routed)
+        rec, last = ctx.record, len(decision.chain) - 1
+        error: Exception | None = None
+        for i, (tier, model) in enumerate(decision.chain):
+            if tier != decision.tier and rec.route_fallback != tier:
+                rec.route_fallback = tier
+                ctx.response_headers.append((b"x-route-fallback", tier.encode()))
+            ctx.target, ctx.fallbacks_left = model, last - i
+            try:
+                reply = await call_next(ctx)
+            except (Shed, Overloaded) as exc:
+                if i == last:
+                    raise
+                error = exc
+            except (UpstreamError, NoUpstreamAvailable) as exc:
+                if i == last or isinstance(exc, UpstreamTimeout):
+                    raise
+                error = exc
+            else:
+                if i == last or not failed_status(reply):
+                    return reply
+                reply.close(Outcome(False))
+                error = UpstreamError(f"status {reply.status}")
+            log.info("route_fallback", request_id=rec.request_id, tier=tier, model=model,
+                     reason=getattr(error, "reason", None) or getattr(error, "code", None)
+                     or str(error))
+        raise NoUpstreamAvailable("no model of the routed tiers is available")
+
+    async def _decide(self, ctx: RequestContext, name: str, router: RouterPolicy) -> Decision:
+        """Choose the tier; the decision goes into the log line and the response headers."""
+        started = time.perf_counter()
+        decision = await self.routers.decide(name, router, ctx.policy.routing.tiers, ctx.body,
+                                             ctx.memo.embeddings)
+        rec = ctx.record
+        rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
+        rec.router, rec.route_tier = name, decision.tier
+        rec.route_threshold = round(decision.threshold, 4)
+        ctx.response_headers.append((b"x-route-tier", decision.tier.encode()))
+        if decision.score is not None:
+            rec.route_score = round(decision.score, 4)
+            ctx.response_headers.append((b"x-route-score", f"{decision.score:.4f}".encode()))
+        return decision
+
+
+def failed_status(reply: Reply) -> bool:
+    """Worth the next tier: 5xx, 429, or a prompt too long for this model's context (the
+    other tier may have a longer one)."""
+    if reply.status >= 500 or reply.status == 429:
+        return True
+    if reply.status == 400 and b"context_length_exceeded" in reply.body:
+        try:
+            error = orjson.loads(reply.body).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            return False
+        return isinstance(error, dict) and error.get("code") == "context_length_exceeded"
+    return False
