@@ -22,7 +22,7 @@ __all__ = ["Backend", "Entry", "MemoryBackend"]
 
 @dataclass(slots=True)
 class Entry:
-    """A cached answer. ``answer`` is the serialized completion (see gateway.cache.replay);
+    """A cached answer. ``answer`` is the serialized answer (see :mod:`gateway.formats.answer`);
     ``query`` is the last user message it answered (compared by the verifier, never logged)."""
 
     id: str
