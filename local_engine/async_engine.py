@@ -12,7 +12,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,7 @@ class AsyncEngine:
 
     # -- caller side (any event loop) ------------------------------------------------------
     async def generate(self, prompt_ids: list[int],
-                       params: SamplingParams) -> AsyncIterator[Output]:
+                       params: SamplingParams) -> AsyncGenerator[Output, None]:
         """Outputs as steps produce them; the last has ``finished`` set. Leaving the loop
         early (or being cancelled) aborts the request. Raises what :meth:`Engine.add` raises
         (ValueError, PromptTooLong) and EngineClosed."""

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. Shapes follow the OpenAI API reference for chat completions
 (https://platform.openai.com/docs/api-reference/chat) and embeddings. Bad input raises
-:class:`gateway.errors.InvalidRequest` naming the offending ``param``.
+:class:`local_engine.errors.InvalidRequest` naming the offending ``param``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
-from gateway.errors import InvalidRequest
+from llm_wire.sse import json_event
+from local_engine.errors import InvalidRequest
 from local_engine.sequence import SamplingParams
 
 __all__ = [
@@ -147,7 +147,7 @@ def chat_chunk(id_: str, model: str, created: int, delta: dict[str, Any] | None,
                            "model": model, "choices": choices}
     if usage_ is not None:
         obj["usage"] = usage_
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+    return json_event(obj)
 
 
 def parse_embeddings(body: Any) -> tuple[str, list[str], str]:

@@ -14,7 +14,7 @@ import argparse
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +25,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, UpstreamError
-from gateway.http import ClientDisconnected, run_until_disconnect
+from llm_wire.asgi import ClientDisconnected, run_until_disconnect
+from llm_wire.sse import DONE, json_event
 from local_engine.async_engine import AsyncEngine
 from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
+from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
     ChatRequest,
@@ -63,9 +64,8 @@ class EngineServer:
         return list(ids)
 
 
-def _error(exc: GatewayError) -> Response:
-    return Response(exc.body(), exc.status, media_type="application/json",
-                    headers=exc.headers)
+def _error(exc: EngineError) -> Response:
+    return Response(exc.body(), exc.status, media_type="application/json")
 
 
 async def _json(request: Request) -> Any:
@@ -91,7 +91,7 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
                                          code="context_length_exceeded"))
         except ValueError as exc:
             return _error(InvalidRequest(str(exc), param="messages"))
-        except GatewayError as exc:
+        except EngineError as exc:
             return _error(exc)
         if chat.stream:
             return StreamingResponse(_stream(chat, id_, len(prompt), first, outputs),
@@ -117,7 +117,7 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
                 raise InvalidRequest("this engine serves no embedding model", param="model",
                                      code="model_not_found")
             vectors = await server.engine.embed(texts)
-        except GatewayError as exc:
+        except EngineError as exc:
             return _error(exc)
         tokens = server.embed_tokens(texts) if server.embed_tokens else 0
         return Response(orjson.dumps(embeddings_response(model, vectors, fmt, tokens)),
@@ -160,7 +160,7 @@ async def _collect(first: Output, outputs: AsyncIterator[Output]) -> Output:
 
 
 async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
-                  outputs: AsyncIterator[Output]) -> AsyncIterator[bytes]:
+                  outputs: AsyncGenerator[Output, None]) -> AsyncIterator[bytes]:
     """SSE chunks: role, content deltas, the finish chunk, usage (when asked), [DONE].
     Starlette cancels this generator when the client disconnects; closing ``outputs``
     then aborts the request."""
@@ -177,15 +177,15 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
             try:
                 out = await anext(outputs)
             except Exception as exc:  # noqa: BLE001 - the engine failed mid-stream: say so, end
-                err = UpstreamError(f"the local engine failed: {exc}")
-                yield b"data: " + orjson.dumps({"error": err.as_dict()}) + b"\n\n"
+                err = GenerationFailed(f"the local engine failed: {exc}")
+                yield json_event({"error": err.as_dict()})
                 return
         seq = out.seq
         yield chat_chunk(id_, model, created, {}, seq.finish_reason or "stop")
         if chat.include_usage:
             yield chat_chunk(id_, model, created, None,
                              usage_=usage(prompt_len, len(seq.output_ids), seq.num_cached))
-        yield b"data: [DONE]\n\n"
+        yield DONE
     finally:
         await outputs.aclose()
 
@@ -198,7 +198,7 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
     from local_engine.loader import load
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated upstream
     loaded = load(model)
     engine = Engine(loaded.model, lambda ids: loaded.tokenizer.decode(
         ids, skip_special_tokens=True), config, loaded.eos_token_ids)

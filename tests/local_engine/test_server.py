@@ -18,7 +18,7 @@ import pytest
 
 from gateway.testing.server import ServerThread
 from local_engine.async_engine import AsyncEngine
-from local_engine.engine import Engine
+from local_engine.engine import Engine, Output
 from local_engine.metrics import EngineMetrics
 from local_engine.server import EngineServer, build_app
 
@@ -175,6 +175,37 @@ async def test_concurrent_embeddings_are_micro_batched(served: Served) -> None:
         results = await asyncio.gather(first, *rest)
     assert all(len(r.data) == 1 for r in results)
     assert served.embedder.batches == [1, 5]
+
+
+class FailingEngine(Engine):
+    """Runs its first step, then fails every later one, as a model error mid-stream would."""
+
+    steps = 0
+
+    def step(self) -> list[Output]:
+        self.steps += 1
+        if self.steps > 1:
+            raise RuntimeError("device lost")
+        return super().step()
+
+
+def test_engine_failure_mid_stream_ends_with_an_error_event(
+        make_engine: Callable[..., Engine]) -> None:
+    made = make_engine()
+    engine = FailingEngine(made.model, made.decode, made.config, tuple(made.eos))
+    aengine = AsyncEngine(engine).start()
+    server = EngineServer(aengine, "tiny", CharTokenizer(), None)
+    with ServerThread(build_app(server)) as srv, \
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
+        stream = client.chat.completions.create(model="tiny", messages=ask(), max_tokens=50,
+                                                temperature=0, stream=True)
+        with pytest.raises(openai.APIError) as info:
+            for _ in stream:
+                pass
+    assert info.value.body == {"message": "the local engine failed: device lost",
+                               "type": "upstream_error", "param": None,
+                               "code": "upstream_error"}
+    assert _wait_until(lambda: engine.blocks.num_used == 0)
 
 
 def test_models_lists_chat_and_embedding_models(served: Served) -> None:
