@@ -78,7 +78,8 @@ class Embedder:
         device = next(model.parameters()).device
         with torch.inference_mode():
             out = model({k: v.to(device) for k, v in features.items()})["sentence_embedding"]
-        return out.float().cpu().numpy()
+        vectors: np.ndarray = out.float().cpu().numpy()
+        return vectors
 
     def _onnx(self, texts: list[str]) -> np.ndarray:
         """On CPU the cost is per token, padding included, and batching buys little: texts
@@ -110,9 +111,9 @@ class Embedder:
             mask[row, :len(x)] = 1
         feeds = {"input_ids": input_ids, "attention_mask": mask,
                  "token_type_ids": np.zeros_like(input_ids)}
-        (hidden,) = self.session.run(["last_hidden_state"], feeds)
+        hidden: np.ndarray = self.session.run(["last_hidden_state"], feeds)[0]
         weights = mask.astype(np.float32)[:, :, None]
-        out = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        out: np.ndarray = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out.astype(np.float32, copy=False)
 
@@ -151,8 +152,9 @@ class _LastHiddenState(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor) -> torch.Tensor:
-        return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                         token_type_ids=token_type_ids, return_dict=False)[0]
+        hidden: torch.Tensor = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                                         token_type_ids=token_type_ids, return_dict=False)[0]
+        return hidden
 
 
 def _export(model: Any, path: Path) -> None:

@@ -16,11 +16,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from local_engine.model import LlamaConfig, LlamaModel
+
+if TYPE_CHECKING:  # transformers is imported only where a model is loaded (slow import)
+    from transformers import PreTrainedModel
 
 __all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "from_hf_module", "load", "resolve"]
 
@@ -126,7 +129,7 @@ def _build(cfg: LlamaConfig, state: dict[str, torch.Tensor], device: torch.devic
     return model.to(device=device, dtype=dtype).eval()
 
 
-def from_hf_module(hf: torch.nn.Module, device: torch.device | None = None,
+def from_hf_module(hf: PreTrainedModel, device: torch.device | None = None,
                    dtype: torch.dtype = torch.float32) -> LlamaModel:
     """Our model with the weights of a transformers ``LlamaForCausalLM`` (tests use it)."""
     cfg = LlamaConfig.from_hf(hf.config.to_dict())

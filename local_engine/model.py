@@ -9,7 +9,9 @@ chunks, whole prompts and decode steps share one code path. Weights are Hugging 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +39,7 @@ class LlamaConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_hf(cls, cfg: dict) -> LlamaConfig:
+    def from_hf(cls, cfg: dict[str, Any]) -> LlamaConfig:
         rope = cfg.get("rope_parameters") or {}
         eos = cfg.get("eos_token_id")
         return cls(
@@ -125,7 +127,8 @@ class Attention(nn.Module):
             vi = v_cache[slots].transpose(0, 1)
             o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
             out[start:start + n] = o.transpose(0, 1)
-        return self.o_proj(out.reshape(t, self.h * self.d))
+        projected: torch.Tensor = self.o_proj(out.reshape(t, self.h * self.d))
+        return projected
 
 
 class MLP(nn.Module):
@@ -136,7 +139,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        down: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return down
 
 
 class DecoderLayer(nn.Module):
@@ -151,6 +155,8 @@ class DecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     """``forward(ids [T], positions [T], caches, meta) -> hidden [T, hidden]``;
     ``logits(hidden) -> [N, vocab]``."""
+
+    inv_freq: torch.Tensor  # a registered buffer; declared so that its type is known
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -179,10 +185,14 @@ class LlamaModel(nn.Module):
                 meta: AttentionMeta) -> torch.Tensor:
         x = self.embed_tokens(ids)
         cos, sin = self.rope(positions, x.dtype)
-        for layer, (k_cache, v_cache) in zip(self.layers, caches, strict=True):
+        # nn.ModuleList is not generic: its items type as Module; these are DecoderLayers.
+        layers = cast(Iterable[DecoderLayer], self.layers)
+        for layer, (k_cache, v_cache) in zip(layers, caches, strict=True):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, k_cache, v_cache, meta)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.norm(x)
+        hidden: torch.Tensor = self.norm(x)
+        return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        logits: torch.Tensor = self.lm_head(hidden)
+        return logits.float()
