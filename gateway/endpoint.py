@@ -154,18 +154,20 @@ class _Sending:
             await self._start(200, _SSE_HEADERS + reply.headers)
             try:
                 out = observer.feed(stream.first)
-                chunks = stream.chunks
-                while True:
+                if out:
+                    rec.mark_first_event()
+                    for tap in taps:
+                        tap(out)
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                async for chunk in stream.chunks:
+                    out = observer.feed(chunk)
                     if out:
-                        rec.mark_first_event()
+                        if rec.ttft_ms is None:
+                            rec.mark_first_event()
                         for tap in taps:
                             tap(out)
                         await send({"type": "http.response.body", "body": out,
                                     "more_body": True})
-                    chunk = await anext(chunks, None)
-                    if chunk is None:
-                        break
-                    out = observer.feed(chunk)
                 out = observer.flush()
                 if not (observer.done or observer.errored):
                     raise UpstreamError("the upstream ended the stream without [DONE]")

@@ -182,16 +182,15 @@ class RequestIds:
 
 class RequestLogger:
     """Emits finished records. ``sink`` receives each record as a dict (tests pass a list's
-    ``append``); by default the line goes to structlog as event ``request``."""
+    ``append``); by default the line goes to stdout as event ``request``, beside structlog's
+    own lines."""
 
     def __init__(self, sink: Callable[[dict[str, Any]], None] | None = None, enabled: bool = True):
-        # The request line carries its own ts and needs no level or context merging: a lean
-        # processor chain keeps it cheap (it runs once per request).
+        # The record is complete and flat and carries its own ts: it needs none of structlog's
+        # processors, so it is rendered by orjson and written to stdout's buffer directly.
         # Lines are flushed by flush() (the app calls it every FLUSH_INTERVAL_S), not one
-        # syscall per request. The record is complete and flat, so it skips structlog's
-        # processor chain: rendered by orjson, written by structlog's BytesLogger.
+        # syscall per request.
         self._out = sys.stdout.buffer
-        self._writer = structlog.BytesLogger(_Unflushed(self._out))
         self._sink = sink
         self.enabled = enabled
 
@@ -206,17 +205,7 @@ class RequestLogger:
             self._sink(fields)
         if self.enabled:
             fields["event"] = "request"
-            self._writer.msg(orjson.dumps(fields))
-
-
-class _Unflushed:
-    """A binary file whose flush() is a no-op (BytesLogger flushes after every line)."""
-
-    def __init__(self, out: Any):
-        self.write = out.write
-
-    def flush(self) -> None:
-        pass
+            self._out.write(orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE))
 
 
 def configure_logging(level: str = "info") -> None:

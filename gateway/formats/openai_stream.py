@@ -68,18 +68,23 @@ class StreamObserver:
         return block
 
     def _take_usage(self, block: bytes) -> bytes:
-        kept: list[bytes] = []
-        for event in block.split(b"\n\n"):
-            if not event:
-                continue
-            if event.startswith(b"data: {") and b'"usage"' in event:
-                try:
-                    obj = orjson.loads(event[6:])
-                except orjson.JSONDecodeError:
-                    obj = None
-                if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
-                    self.usage = obj["usage"]
-                    if self._hide_usage and obj.get("choices") == []:
-                        continue
-            kept.append(event + b"\n\n")
-        return b"".join(kept)
+        """Note the usage event's ``usage``; drop the event when it is the usage-only chunk
+        the gateway asked for. Only that one event is parsed (one per stream)."""
+        at = block.find(b'"usage":{')
+        if at < 0:
+            at = block.find(b'"usage": {')
+        start = block.rfind(b"\n\n", 0, at)
+        start = 0 if start < 0 else start + 2
+        end = block.find(b"\n\n", at)
+        event = block[start:end]
+        if not event.startswith(b"data: {"):
+            return block
+        try:
+            obj = orjson.loads(event[6:])
+        except orjson.JSONDecodeError:
+            return block
+        if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+            self.usage = obj["usage"]
+            if self._hide_usage and obj.get("choices") == []:
+                return block[:start] + block[end + 2:]
+        return block
