@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -175,7 +175,8 @@ async def _flush_logs(gw: Gateway) -> None:
         gw.logger.flush()
 
 
-def _authenticated(gw: Gateway, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+def _authenticated(gw: Gateway, endpoint: Callable[[Request], Awaitable[Response]]
+                   ) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
         try:
             gw.auth.check(request.scope["headers"])

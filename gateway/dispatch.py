@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms", "retry_after_ms"]
 
-R = TypeVar("R", Response, "Opened")
+R = TypeVar("R", bound="Response | Opened")
 
 
 @dataclass(slots=True)
@@ -71,6 +71,10 @@ class Opened:
     status: int = 200
     slot: Slot | None = None
     breaker: Breaker | None = None
+
+    @property
+    def headers(self) -> RawHeaders:
+        return self.response.headers
 
     def close(self, failed: bool = False) -> None:
         """``failed``: the upstream broke the stream (dropped it, stalled, sent an error
@@ -102,7 +106,7 @@ class Guard:
 
 def backoff_ms(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
     """Full-jitter delay before retry ``attempt`` (1-based), in ms."""
-    cap = min(policy.max_delay_ms, policy.base_delay_ms * 2 ** (attempt - 1))
+    cap = min(float(policy.max_delay_ms), policy.base_delay_ms * 2.0 ** (attempt - 1))
     return rand() * cap
 
 

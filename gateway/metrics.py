@@ -10,7 +10,7 @@ on one event-loop thread, so no lock is needed). prometheus-client still does th
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -98,7 +98,7 @@ class RequestCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from (f.collect() for f in (self.duration, self.ttft, self.upstream, self.overhead,
                                           self.queue_wait))
-        for name, doc, labels, values in (
+        series: tuple[tuple[str, str, list[str], dict[Any, int]], ...] = (
             ("gateway_requests", "Requests by route, served model and status.",
              ["route", "model", "status"], self.requests),
             ("gateway_tokens", "Tokens by served model and kind.", ["model", "kind"],
@@ -111,7 +111,8 @@ class RequestCollector(Collector):
              self.errors),
             ("gateway_shed", "Requests shed or rerouted (degraded mode) by reason.",
              ["route", "reason"], self.shed),
-        ):
+        )
+        for name, doc, labels, values in series:
             family = CounterMetricFamily(name, doc, labels=labels)
             for key, count in list(values.items()):
                 family.add_metric(list(key) if isinstance(key, tuple) else [key], count)
@@ -123,7 +124,7 @@ class _GuardCollector(Collector):
         self._dispatcher = dispatcher
 
     def collect(self) -> Iterator[Metric]:
-        gauges = {
+        gauges: dict[str, tuple[str, Callable[[Any], float]]] = {
             "gateway_upstream_in_flight": ("Requests holding an admission slot.",
                                            lambda g: g.limiter.in_flight),
             "gateway_upstream_concurrency_limit": ("Current admission limit.",

@@ -260,18 +260,20 @@ class PolicyStore:
 
     def reload(self) -> bool:
         """Load and swap in on the calling thread; True when the file was valid."""
+        policy: Policy | None = None
         try:
-            policy: Policy | None = self.load()
+            policy = self.load()
         except ConfigError as exc:
-            policy = self._rejected(exc)
+            self._rejected(exc)
         return self._commit(policy)
 
     async def reload_async(self) -> bool:
         """Load on a worker thread, swap in on the event loop; True when valid."""
+        policy: Policy | None = None
         try:
-            policy: Policy | None = await asyncio.to_thread(self.load)
+            policy = await asyncio.to_thread(self.load)
         except ConfigError as exc:
-            policy = self._rejected(exc)
+            self._rejected(exc)
         return self._commit(policy)
 
     def _rejected(self, exc: ConfigError) -> None:

@@ -133,7 +133,8 @@ class Routers:
             return None
         try:
             async with asyncio.timeout(_EMBED_TIMEOUT_S):
-                return (await self.embed([text]))[0]
+                vector: np.ndarray = (await self.embed([text]))[0]
+                return vector
         except Exception as exc:  # noqa: BLE001 - no embedding: route to the strong tier
             log.warning("route_embed_failed", error=type(exc).__name__)
             return None
