@@ -10,8 +10,9 @@ upstream failure mid-stream becomes an OpenAI error event and the stream ends (n
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
@@ -154,21 +155,27 @@ class _Sending:
             await self._start(200, _SSE_HEADERS + reply.headers)
             try:
                 out = observer.feed(stream.first)
-                if out:
-                    rec.mark_first_event()
-                    for tap in taps:
-                        tap(out)
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-                async for chunk in stream.chunks:
-                    out = observer.feed(chunk)
+                if not observer.done:  # else it is all there: sent below, in one write
                     if out:
-                        if rec.ttft_ms is None:
-                            rec.mark_first_event()
+                        rec.mark_first_event()
                         for tap in taps:
                             tap(out)
                         await send({"type": "http.response.body", "body": out,
                                     "more_body": True})
-                out = observer.flush()
+                        out = b""
+                    async for chunk in stream.chunks:
+                        out = observer.feed(chunk)
+                        if observer.done:  # [DONE]: sent below with the end of the body
+                            break
+                        if out:
+                            if rec.ttft_ms is None:
+                                rec.mark_first_event()
+                            for tap in taps:
+                                tap(out)
+                            await send({"type": "http.response.body", "body": out,
+                                        "more_body": True})
+                            out = b""
+                out += observer.flush()
                 if not (observer.done or observer.errored):
                     raise UpstreamError("the upstream ended the stream without [DONE]")
                 failed = observer.errored
@@ -185,10 +192,23 @@ class _Sending:
             rec.take_usage(observer.usage)
             if observer.errored and rec.error_type is None:
                 rec.error_type = "upstream_error"
+            if out:
+                rec.mark_first_event()
             await send({"type": "http.response.body", "body": out, "more_body": False})
             delivered = not failed
+            if observer.done:
+                await _drain(stream.chunks)
         finally:  # also when the client left (cancelled, a failed send)
             reply.close(Outcome(delivered, failed))
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what an upstream sends after ``[DONE]`` (the end of its chunked body), so its
+    connection goes back to the pool instead of being closed. The client already has
+    everything; a failure here is nobody's concern."""
+    with contextlib.suppress(UpstreamError):
+        async for _ in chunks:
+            pass
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -10,7 +10,8 @@ release a slot when it ends). Stages know nothing of each other: they read the c
 the policy snapshot it carries.
 
 Each stage is a module ``gateway/stages/NAME.py`` that defines ``build(gateway, policy) ->
-Stage``
+Stage | None`` (None: nothing to do under this policy, e.g. the cache stage when the gateway
+has no cache; the stage is then left out of the chain)
 and, optionally, ``AFTER``: the names of stages that must run before it when both are in the
 pipeline (admission needs the model the route stage chose). The policy names the order::
 
@@ -86,7 +87,8 @@ class Pipeline:
 
     def __init__(self, policy: Policy, gateway: Gateway, terminal: Next) -> None:
         self.names = policy.pipeline.stages
-        stages: list[Stage] = [_module(name).build(gateway, policy) for name in self.names]
+        built = (_module(name).build(gateway, policy) for name in self.names)
+        stages: list[Stage] = [stage for stage in built if stage is not None]
         #: Model names that a stage serves beyond the configured models (router aliases).
         self.aliases: frozenset[str] = frozenset().union(
             *(getattr(s, "aliases", frozenset()) for s in stages))

@@ -24,12 +24,11 @@ class StreamObserver:
     """Cuts an upstream's bytes into whole events and notes ``done`` (``[DONE]`` seen),
     ``errored`` (an error event seen), ``finish_reason`` and ``usage``."""
 
-    __slots__ = ("_buf", "_hide_usage", "done", "errored", "events", "finish_reason", "usage")
+    __slots__ = ("_buf", "_hide_usage", "done", "errored", "finish_reason", "usage")
 
     def __init__(self, hide_usage_chunk: bool = False):
         self._buf = b""
         self._hide_usage = hide_usage_chunk
-        self.events = 0
         self.done = False
         self.errored = False
         self.finish_reason: str | None = None
@@ -53,8 +52,12 @@ class StreamObserver:
         return self._observe(rest + b"\n\n") if rest.strip() else b""
 
     def _observe(self, block: bytes) -> bytes:
-        count = block.count(b"\n\n")
-        self.events += count
+        # The common block holds only content chunks, one line each plus the blank line, each
+        # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
+        # and nothing else is scanned. Anything else (a finish, usage, an error, [DONE], a
+        # comment, multi-line data, spaced JSON) gets the full look.
+        if 2 * block.count(b'"finish_reason":null') == block.count(b"\n"):
+            return block
         if _DONE in block:
             self.done = True
         if b'"finish_reason":"' in block or b'"finish_reason": "' in block:

@@ -36,17 +36,20 @@ __all__ = ["CacheStage", "build"]
 _JSON = (b"content-type", b"application/json")
 
 
-def build(gateway: Gateway, policy: Policy) -> CacheStage:
+def build(gateway: Gateway, policy: Policy) -> CacheStage | None:
+    """None when the gateway has no cache or the policy turns it off."""
+    if gateway.cache is None or not policy.cache.enabled:
+        return None
     return CacheStage(gateway.cache)
 
 
 class CacheStage:
-    def __init__(self, cache: ResponseCache | None) -> None:
+    def __init__(self, cache: ResponseCache) -> None:
         self.cache = cache
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         cache, policy = self.cache, ctx.policy.cache
-        if cache is None or not policy.enabled or ctx.kind != "chat":
+        if ctx.kind != "chat":
             return await call_next(ctx)
         lookup = await cache.lookup(ctx, policy)
         if lookup.hit is not None:
@@ -75,7 +78,6 @@ class CacheStage:
     def _store_when_delivered(self, ctx: RequestContext, reply: Reply, lookup: Lookup,
                               policy: CachePolicy) -> None:
         cache, rec = self.cache, ctx.record
-        assert cache is not None
         if reply.stream is None:
             def store_body(outcome: Outcome) -> None:
                 if outcome.delivered:

@@ -34,7 +34,10 @@ __all__ = ["RouteStage", "build", "failed_status"]
 log = structlog.get_logger("gateway.routing")
 
 
-def build(gateway: Gateway, policy: Policy) -> RouteStage:
+def build(gateway: Gateway, policy: Policy) -> RouteStage | None:
+    """None when the policy has no router (nothing to route)."""
+    if not policy.routing.enabled or not policy.routing.routers:
+        return None
     return RouteStage(gateway.routers, policy)
 
 

@@ -25,7 +25,7 @@ def test_partial_events_are_held_until_complete():
     assert obs.feed(CHUNK[:10]) == b""
     assert obs.feed(CHUNK[10:] + FINAL[:5]) == CHUNK
     assert obs.feed(FINAL[5:]) == FINAL
-    assert obs.finish_reason == "length" and obs.events == 2
+    assert obs.finish_reason == "length"
 
 
 def test_bytes_pass_through_unchanged():
