@@ -89,10 +89,13 @@ class RequestContext:
 
 class Stream(Protocol):
     """An upstream's open event stream: ``first`` (bytes already read), ``chunks`` (the rest,
-    as they arrive), ``close(failed)`` (``failed``: the upstream broke it)."""
+    as they arrive), ``finish()`` (read the body's tail after the last event, so the
+    connection is reused), ``close(failed)`` (``failed``: the upstream broke it)."""
 
     first: bytes
     chunks: AsyncIterator[bytes]
+
+    async def finish(self) -> None: ...
 
     def close(self, failed: bool = False) -> None: ...
 

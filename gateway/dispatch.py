@@ -30,6 +30,7 @@ is empty the request ends with what it has.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import time
@@ -75,6 +76,15 @@ class Opened:
     @property
     def headers(self) -> RawHeaders:
         return self.response.headers
+
+    async def finish(self) -> None:
+        """Read what the upstream still sends after the stream's last event (the end of
+        its chunked body), so its connection goes back to the pool instead of being
+        closed. A failure here harms nobody: the client has everything."""
+        if not self.response.at_eof():
+            with contextlib.suppress(UpstreamError):
+                async for _ in self.chunks:
+                    pass
 
     def close(self, failed: bool = False) -> None:
         """``failed``: the upstream broke the stream (dropped it, stalled, sent an error

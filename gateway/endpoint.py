@@ -10,9 +10,8 @@ upstream failure mid-stream becomes an OpenAI error event and the stream ends (n
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -197,18 +196,9 @@ class _Sending:
             await send({"type": "http.response.body", "body": out, "more_body": False})
             delivered = not failed
             if observer.done:
-                await _drain(stream.chunks)
+                await stream.finish()
         finally:  # also when the client left (cancelled, a failed send)
             reply.close(Outcome(delivered, failed))
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what an upstream sends after ``[DONE]`` (the end of its chunked body), so its
-    connection goes back to the pool instead of being closed. The client already has
-    everything; a failure here is nobody's concern."""
-    with contextlib.suppress(UpstreamError):
-        async for _ in chunks:
-            pass
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -17,9 +17,11 @@ T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 #: How long a request runs before a watcher starts listening for a client disconnect (s).
-#: Requests that finish sooner (cache hits, fast upstreams) never pay for the watcher task;
-#: longer ones notice a disconnect at most this much later than it happened.
-WATCH_GRACE_S = 0.02
+#: Requests that finish sooner (cache hits, fast upstreams, errors) never pay for the watcher
+#: task (a task, a wait and a cancellation: measured at c=32, the largest single cost of a
+#: short proxied stream); longer ones notice a disconnect at most this much later than it
+#: happened, a few tokens' worth of upstream work.
+WATCH_GRACE_S = 0.05
 
 
 class ClientDisconnected(Exception):

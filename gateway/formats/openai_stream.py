@@ -37,14 +37,23 @@ class StreamObserver:
     def feed(self, chunk: bytes) -> bytes:
         """Take bytes from upstream; return the complete events to forward now (may be b"")."""
         buf = self._buf + chunk if self._buf else chunk
-        if b"\r" in buf:  # CRLF framing (allowed by the SSE spec; OpenAI itself sends LF)
+        if buf.find(13) >= 0:  # CRLF framing (allowed by the SSE spec; OpenAI sends LF)
             buf = buf.replace(b"\r\n", b"\n")
-        end = buf.rfind(b"\n\n")
-        if end < 0:
+        end = buf.rfind(b"\n\n") + 2
+        if end < 2:
             self._buf = buf
             return b""
-        complete, self._buf = buf[: end + 2], buf[end + 2 :]
-        return self._observe(complete)
+        if end == len(buf):
+            block, self._buf = buf, b""
+        else:
+            block, self._buf = buf[:end], buf[end:]
+        # The common block holds only content chunks, one line each plus the blank line, each
+        # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
+        # and nothing else is scanned. Anything else (a finish, usage, an error, [DONE], a
+        # comment, multi-line data, spaced JSON) gets the full look.
+        if 2 * block.count(b'"finish_reason":null') == block.count(10):
+            return block
+        return self._observe(block)
 
     def flush(self) -> bytes:
         """What remains at the end of the stream (an unterminated last event, if any)."""
@@ -52,12 +61,6 @@ class StreamObserver:
         return self._observe(rest + b"\n\n") if rest.strip() else b""
 
     def _observe(self, block: bytes) -> bytes:
-        # The common block holds only content chunks, one line each plus the blank line, each
-        # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
-        # and nothing else is scanned. Anything else (a finish, usage, an error, [DONE], a
-        # comment, multi-line data, spaced JSON) gets the full look.
-        if 2 * block.count(b'"finish_reason":null') == block.count(b"\n"):
-            return block
         if _DONE in block:
             self.done = True
         if b'"finish_reason":"' in block or b'"finish_reason": "' in block:

@@ -59,6 +59,10 @@ class UpstreamResponse(abc.ABC):
     async def read(self) -> bytes:
         """The rest of the body."""
 
+    def at_eof(self) -> bool:
+        """Whether the whole body has arrived (False when unknown)."""
+        return False
+
     @abc.abstractmethod
     def close(self) -> None:
         """Drop the response; an unfinished one closes its connection, which tells the

@@ -64,6 +64,9 @@ class _AiohttpResponse(UpstreamResponse):
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"upstream {self._name!r} broke off mid-response") from exc
 
+    def at_eof(self) -> bool:
+        return self._resp.content.is_eof()
+
     def close(self) -> None:
         # release() returns a finished connection to the pool; close() drops an unfinished
         # one, which is how the upstream learns the client is gone.
