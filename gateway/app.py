@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from gateway.config import Config
 from gateway.embedding import Embed
+from gateway.endpoint import ModelEndpoint
 from gateway.errors import (
     GatewayError,
     InvalidJSON,
@@ -30,7 +31,6 @@ from gateway.errors import (
     PermissionDenied,
     error_body,
 )
-from gateway.endpoint import ModelEndpoint
 from gateway.passthrough import Passthrough
 from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.state import Gateway

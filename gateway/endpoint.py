@@ -153,27 +153,23 @@ class _Sending:
         try:
             await self._start(200, _SSE_HEADERS + reply.headers)
             try:
-                out = observer.feed(stream.first)
-                if not observer.done:  # else it is all there: sent below, in one write
+                chunk, chunks = stream.first, stream.chunks
+                while True:
+                    out = observer.feed(chunk)
+                    if observer.done:  # [DONE]: sent below, with the end of the body
+                        break
                     if out:
-                        rec.mark_first_event()
+                        if rec.ttft_ms is None:
+                            rec.mark_first_event()
                         for tap in taps:
                             tap(out)
                         await send({"type": "http.response.body", "body": out,
                                     "more_body": True})
                         out = b""
-                    async for chunk in stream.chunks:
-                        out = observer.feed(chunk)
-                        if observer.done:  # [DONE]: sent below with the end of the body
-                            break
-                        if out:
-                            if rec.ttft_ms is None:
-                                rec.mark_first_event()
-                            for tap in taps:
-                                tap(out)
-                            await send({"type": "http.response.body", "body": out,
-                                        "more_body": True})
-                            out = b""
+                    try:
+                        chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        break
                 out += observer.flush()
                 if not (observer.done or observer.errored):
                     raise UpstreamError("the upstream ended the stream without [DONE]")

@@ -25,9 +25,8 @@ Library errors (httpx, orjson, tomllib) are converted where they enter, with ``f
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import orjson
+from llm_wire.errors import APIError, error_body
 
 __all__ = [
     "AuthenticationFailed",
@@ -49,44 +48,14 @@ __all__ = [
 ]
 
 
-def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
-    """Serialise an OpenAI error object: ``{"error": {message, type, param, code}}`` (bytes)."""
-    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
-
-
-class GatewayError(Exception):
+class GatewayError(APIError):
     """Base of every error that becomes an HTTP response.
 
-    Attributes: ``status`` (HTTP status), ``type`` and ``code`` (OpenAI ``error.type`` and
-    ``error.code``), ``param`` (the offending request field, or None), ``headers`` (extra
-    response headers, e.g. ``Retry-After``).
+    Attributes (from :class:`llm_wire.errors.APIError`): ``status`` (HTTP status), ``type``
+    and ``code`` (OpenAI ``error.type`` and ``error.code``), ``param`` (the offending
+    request field, or None), ``headers`` (extra response headers, e.g. ``Retry-After``);
+    ``body()`` renders the OpenAI error JSON, ``as_dict()`` the inner object.
     """
-
-    status: int = 500
-    type: str = "server_error"
-    code: str | None = "internal_error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        if code is not None:
-            self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> bytes:
-        """The OpenAI error JSON for this error (bytes)."""
-        return error_body(self.message, self.type, self.code, self.param)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
 
 
 class InvalidRequest(GatewayError):

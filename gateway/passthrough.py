@@ -11,8 +11,8 @@ import time
 
 import structlog
 
-from gateway.errors import GatewayError, NoUpstreamAvailable
 from gateway.endpoint import request_id_of
+from gateway.errors import GatewayError, NoUpstreamAvailable
 from gateway.http import forward_request_headers, forward_response_headers, read_body, send_error
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway

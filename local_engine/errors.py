@@ -16,39 +16,15 @@ the same JSON whether the engine answers it directly or through the gateway.
 
 from __future__ import annotations
 
-from typing import Any
-
-from llm_wire.errors import error_body, error_object
+from llm_wire.errors import APIError
 
 __all__ = ["EngineError", "GenerationFailed", "InvalidJSON", "InvalidRequest"]
 
 
-class EngineError(Exception):
-    """Base of every error that becomes an HTTP response (or a mid-stream error event).
-
-    Attributes: ``status`` (HTTP status), ``type`` and ``code`` (OpenAI ``error.type`` and
-    ``error.code``), ``param`` (the offending request field, or None).
-    """
-
-    status: int = 500
-    type: str = "server_error"
-    code: str | None = "internal_error"
-
-    def __init__(self, message: str, *, param: str | None = None,
-                 code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        if code is not None:
-            self.code = code
-
-    def as_dict(self) -> dict[str, Any]:
-        """The inner OpenAI error object: ``{message, type, param, code}``."""
-        return error_object(self.message, self.type, self.code, self.param)
-
-    def body(self) -> bytes:
-        """The whole OpenAI error response body, ``{"error": {...}}`` (bytes)."""
-        return error_body(self.message, self.type, self.code, self.param)
+class EngineError(APIError):
+    """Base of every error that becomes an HTTP response (or a mid-stream error event):
+    ``status``, ``type``, ``code``, ``param``, ``as_dict()`` and ``body()`` come from
+    :class:`llm_wire.errors.APIError`."""
 
 
 class InvalidRequest(EngineError):

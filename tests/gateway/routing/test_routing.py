@@ -21,9 +21,9 @@ from gateway.errors import ConfigError
 from gateway.policy import PolicyStore, load_policy
 from gateway.routing.features import FEATURE_NAMES, text_features
 from gateway.routing.router import Router
-from gateway.tools.train_router import Model, save_artifact
 from gateway.state import Gateway
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.tools.train_router import Model, save_artifact
 from tests.conftest import DEFAULT_POLICY, GatewayServer, gateway_toml
 
 DIM = 8
