@@ -37,34 +37,42 @@ async def run_until_disconnect(
     but ``http.disconnect`` (ASGI spec). ``work`` runs in the calling task; a watcher task,
     started after ``grace_s``, cancels it on disconnect.
     """
-    task = asyncio.current_task()
-    assert task is not None, "run_until_disconnect needs a running task"
     loop = asyncio.get_running_loop()
-    disconnected = False
-    watcher: asyncio.Task[None] | None = None
-
-    async def watch() -> None:
-        nonlocal disconnected
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        disconnected = True
-        task.cancel()
-
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(watch())
-
-    timer = loop.call_later(grace_s, start_watching)
+    task = asyncio.current_task(loop)
+    assert task is not None, "run_until_disconnect needs a running task"
+    watch = _Watch(task, receive)
+    timer = loop.call_later(grace_s, watch.start)
     try:
         return await work
     except asyncio.CancelledError:
-        if disconnected:
+        if watch.disconnected:
             task.uncancel()
             raise ClientDisconnected() from None
         raise
     finally:
         timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-        if disconnected and task.cancelling():  # the client left just as the work finished
+        if watch.watcher is not None:
+            watch.watcher.cancel()
+        if watch.disconnected and task.cancelling():  # the client left as the work finished
             task.uncancel()
+
+
+class _Watch:
+    """The watcher of one request, made only once its grace period is over."""
+
+    __slots__ = ("disconnected", "receive", "task", "watcher")
+
+    def __init__(self, task: asyncio.Task[Any], receive: Receive) -> None:
+        self.task = task
+        self.receive = receive
+        self.disconnected = False
+        self.watcher: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        self.task.cancel()
