@@ -61,7 +61,7 @@ class StreamingPolicy:
 
 @dataclass(frozen=True)
 class DegradedPolicy:
-    """What to do with a request that cannot be admitted, in order (see gateway.degraded)."""
+    """What to do with a request that cannot be admitted, in order (see gateway.stages.admission)."""
 
     actions: tuple[Literal["cache", "reroute", "reject"], ...] = ("cache", "reroute", "reject")
     #: Public model name to reroute to (a small tier or the local engine); none: skip reroute.
@@ -314,4 +314,7 @@ class PolicyStore:
                 if ready is not None and not ready.is_set():
                     ready.set()
                 if changes:
-                    await self.reload_async()
+                    try:
+                        await self.reload_async()
+                    except Exception:  # a bug in what reacts to a reload must not end watching
+                        log.exception("policy_reload_failed", path=str(self.path))
