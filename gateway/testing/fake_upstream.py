@@ -235,6 +235,8 @@ class FakeUpstream:
                 choice["text"] = piece
             await send(_event({**base, "choices": [choice], **usage_extra}))
             rec.chunks_sent += 1
+            if self.record_requests:
+                self._touch()  # a test may be waiting for the count (wait_for)
         final: dict[str, Any] = {"index": 0,
                                  "finish_reason": headers.get("x-fake-finish", "stop")}
         final["delta" if chat else "text"] = {} if chat else ""
