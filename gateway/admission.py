@@ -73,6 +73,13 @@ class Shed(Exception):
         self.reason = reason
         self.retry_after_s = retry_after_s
 
+    def overloaded(self, min_retry_after_s: float = 0.0) -> Overloaded:
+        """The 503 a client gets for it: labelled with the reason, ``Retry-After`` at least
+        ``min_retry_after_s``."""
+        return Overloaded(f"the gateway is overloaded ({self.reason}); retry later",
+                          reason=self.reason,
+                          retry_after_s=max(min_retry_after_s, self.retry_after_s))
+
 
 class Slot:
     """One admitted request's hold on its upstream; ``release`` exactly once."""

@@ -17,7 +17,7 @@ import structlog
 
 from gateway.admission import Shed
 from gateway.context import Headers, Kind, Outcome, Reply, RequestContext
-from gateway.errors import GatewayError, ModelNotFound, Overloaded, UpstreamError
+from gateway.errors import GatewayError, ModelNotFound, UpstreamError
 from gateway.formats.openai import error_event, parse_request
 from gateway.formats.openai_stream import StreamObserver
 from gateway.http import read_body, send_bytes, send_error
@@ -83,10 +83,8 @@ class ModelEndpoint:
             rec.cancelled = True
             rec.status = 499  # nginx's "client closed request"
         except Shed as exc:  # no admission stage to turn it into a degraded answer
-            err = Overloaded(f"the gateway is overloaded ({exc.reason}); retry later",
-                             reason=exc.reason, retry_after_s=exc.retry_after_s)
             rec.shed = exc.reason
-            await sending.error(err)
+            await sending.error(exc.overloaded())
         except GatewayError as exc:
             await sending.error(exc)
         except Exception:

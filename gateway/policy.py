@@ -224,7 +224,7 @@ class PolicyStore:
     ``watch()`` runs until cancelled, reloading on change: the file is parsed and validated
     on a worker thread, and the new policy is swapped in (and ``on_reload(ok)`` called) on
     the event loop, so whatever reacts to it (limiters, breakers, the pipeline) changes on
-    the thread that serves requests. ``reload()`` does the same synchronously (no loop).
+    the thread that serves requests.
     """
 
     def __init__(self, path: str | Path, on_reload: Callable[[bool], None] | None = None,
@@ -257,15 +257,6 @@ class PolicyStore:
             except ValueError as exc:
                 raise ConfigError(str(self.path), "", str(exc)) from exc
         return policy
-
-    def reload(self) -> bool:
-        """Load and swap in on the calling thread; True when the file was valid."""
-        policy: Policy | None = None
-        try:
-            policy = self.load()
-        except ConfigError as exc:
-            self._rejected(exc)
-        return self._commit(policy)
 
     async def reload_async(self) -> bool:
         """Load on a worker thread, swap in on the event loop; True when valid."""

@@ -10,7 +10,6 @@ snapshot it started with.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -138,8 +137,8 @@ class Gateway:
         self.routers.check(policy.routing, self.models.routes.keys())
 
     def _policy_reloaded(self, ok: bool) -> None:
-        """After each reload attempt, on the event loop (or the reloading thread when no
-        loop runs): swap the runtime and follow the new limits."""
+        """After each reload attempt, on the event loop: swap the runtime and follow the new
+        limits."""
         self.metrics.policy_reloads.labels("ok" if ok else "rejected").inc()
         policy = self.policies.current
         if not ok or policy is self.runtime.policy:
@@ -158,10 +157,8 @@ class Gateway:
         return self._load_embedder is not None and (cache or routing)
 
     def _start_embedder(self) -> None:
-        with contextlib.suppress(RuntimeError):  # no running loop: start() will do it
-            asyncio.get_running_loop()
-            if self._loading is None and self._stop_embedder is None:
-                self._loading = asyncio.create_task(self._start_loading())
+        if self._loading is None and self._stop_embedder is None:
+            self._loading = asyncio.create_task(self._start_loading())
 
     def ready(self) -> list[str]:
         """Upstreams that can take traffic now: enabled, and their breaker not open."""

@@ -25,7 +25,6 @@ import orjson
 
 from gateway.errors import GatewayError, InvalidJSON, InvalidRequest
 from gateway.formats.answer import Answer
-from llm_wire import errors as wire_errors
 from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = [
@@ -236,7 +235,7 @@ def completion_events(answer: Answer, include_usage: bool, id_: str | None = Non
 
 def error_body(error: GatewayError) -> bytes:
     """``{"error": {message, type, param, code}}`` for ``error`` (bytes)."""
-    return wire_errors.error_body(error.message, error.type, error.code, error.param)
+    return error.body()
 
 
 def error_event(error: GatewayError) -> bytes:

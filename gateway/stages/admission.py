@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from gateway.admission import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
 from gateway.context import Headers, Outcome, Reply, RequestContext, Ticket
-from gateway.errors import Overloaded
 from gateway.metrics import Metrics
 from gateway.pipeline import Next
 
@@ -129,9 +128,7 @@ class AdmissionStage:
                     shed = exc
                     ctx.response_headers.remove(header)
         rec.shed = shed.reason
-        raise Overloaded(f"the gateway is overloaded ({shed.reason}); retry later",
-                         reason=shed.reason,
-                         retry_after_s=max(policy.min_retry_after_s, shed.retry_after_s))
+        raise shed.overloaded(policy.min_retry_after_s)
 
     def _can_reroute(self, ctx: RequestContext, model: str | None) -> bool:
         routes = self.models.routes

@@ -55,7 +55,6 @@ class RouteStage:
             return await call_next(ctx)
         decision = await self._decide(ctx, *routed)
         rec, last = ctx.record, len(decision.chain) - 1
-        error: Exception | None = None
         for i, (tier, model) in enumerate(decision.chain):
             if tier != decision.tier and rec.route_fallback != tier:
                 rec.route_fallback = tier
@@ -66,19 +65,18 @@ class RouteStage:
             except (Shed, Overloaded) as exc:
                 if i == last:
                     raise
-                error = exc
+                reason = exc.reason
             except (UpstreamError, NoUpstreamAvailable) as exc:
                 if i == last or isinstance(exc, UpstreamTimeout):
                     raise
-                error = exc
+                reason = exc.code or exc.type
             else:
                 if i == last or not failed_status(reply):
                     return reply
                 reply.close(Outcome(False))
-                error = UpstreamError(f"status {reply.status}")
+                reason = f"status {reply.status}"
             log.info("route_fallback", request_id=rec.request_id, tier=tier, model=model,
-                     reason=getattr(error, "reason", None) or getattr(error, "code", None)
-                     or str(error))
+                     reason=reason)
         raise NoUpstreamAvailable("no model of the routed tiers is available")
 
     async def _decide(self, ctx: RequestContext, name: str, router: RouterPolicy) -> Decision:
