@@ -1,0 +1,199 @@
+"""Read an Anthropic Messages event stream (SSE) on its way through, without re-serialising it.
+
+:class:`StreamObserver` cuts the upstream's bytes into whole events (so the client never gets
+half an event from us) and notes what logs and metrics need: ``finish_reason``, ``usage``,
+whether ``message_stop`` or an ``error`` event was seen. :class:`AnswerCollector` rebuilds a
+plain text answer from the events forwarded, for the response cache. Both are exported by
+:mod:`gateway.formats.anthropic`, which imports this module (never the other way round).
+
+A stream is ``message_start``, per content block ``content_block_start`` /
+``content_block_delta``... / ``content_block_stop``, one or more ``message_delta`` (stop
+reason, cumulative usage), ``message_stop``; ``ping`` and ``error`` events may come anywhere.
+Every event is named (``event: <type>``) and its data's ``type`` is the same name.
+Wire format: https://docs.anthropic.com/en/docs/build-with-claude/streaming
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.formats.answer import Answer
+from llm_wire.sse import parse_event
+
+__all__ = ["AnswerCollector", "StreamObserver", "finish_reason_of"]
+
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+           "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop",
+           "model_context_window_exceeded": "length"}
+
+
+def finish_reason_of(stop_reason: str | None) -> str | None:
+    """OpenAI's ``finish_reason`` for an Anthropic ``stop_reason`` (None stays None).
+    Defined here, where the observer needs it; :mod:`gateway.formats.anthropic` exports it
+    with its inverse, ``stop_reason_of``."""
+    if stop_reason is None:
+        return None
+    return _FINISH.get(stop_reason, "stop")
+
+
+class StreamObserver:
+    """Cuts an upstream's bytes into whole events and notes ``done`` (``message_stop``
+    seen), ``errored`` (an ``error`` event seen), ``finish_reason`` (OpenAI vocabulary, from
+    the last ``message_delta``'s ``stop_reason``) and ``usage`` (Anthropic-shaped:
+    ``message_start``'s ``message.usage`` updated by each ``message_delta``'s non-null
+    counts, which are cumulative; None until seen).
+
+    ``hide_usage_chunk`` is accepted and ignored: Anthropic streams have no usage-only
+    event to hide, and both formats' observers are built the same way.
+    """
+
+    __slots__ = ("_buf", "done", "errored", "finish_reason", "usage")
+
+    def __init__(self, hide_usage_chunk: bool = False) -> None:
+        self._buf = b""
+        self.done = False
+        self.errored = False
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take bytes from upstream; return the complete events to forward now (may be b""),
+        unchanged but for CRLF line ends, which become LF."""
+        buf = self._buf + chunk if self._buf else chunk
+        if buf.find(13) >= 0:  # CRLF framing (allowed by the SSE spec; Anthropic sends LF)
+            buf = buf.replace(b"\r\n", b"\n")
+        end = buf.rfind(b"\n\n") + 2
+        if end < 2:
+            self._buf = buf
+            return b""
+        if end == len(buf):
+            block, self._buf = buf, b""
+        else:
+            block, self._buf = buf[:end], buf[end:]
+        # The bulk is content_block_delta events, never parsed: a block that names neither a
+        # message_* event nor an error is forwarded at once. (Text that merely contains those
+        # words costs a look at each event's name, still no JSON parse.)
+        if b"message_" in block or b"error" in block:
+            self._observe(block)
+        return block
+
+    def flush(self) -> bytes:
+        """What remains at the end of the stream (an unterminated last event, if any), with
+        its terminating blank line."""
+        rest, self._buf = self._buf.rstrip(b"\r\n"), b""
+        if not rest.strip():
+            return b""
+        rest += b"\n\n"
+        self._observe(rest)
+        return rest
+
+    def _observe(self, block: bytes) -> None:
+        for raw in block.split(b"\n\n"):
+            if b"message_" not in raw and b"error" not in raw:
+                continue
+            name, data = parse_event(raw)
+            if name is None and data:  # unnamed (Anthropic names all): its data's type
+                name = _type_of(data)
+            if name == "message_stop":
+                self.done = True
+            elif name == "error":
+                self.errored = True
+            elif name == "message_start" or name == "message_delta":
+                self._note(name, data)
+
+    def _note(self, name: str, data: bytes) -> None:
+        """Read one message_start or message_delta event (a couple per stream)."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if name == "message_start":
+            message = obj.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            if isinstance(usage, dict):
+                self.usage = usage
+            return
+        delta = obj.get("delta")
+        if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+            self.finish_reason = finish_reason_of(delta["stop_reason"])
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            merged = self.usage if self.usage is not None else {}
+            merged.update((k, v) for k, v in usage.items() if v is not None)
+            self.usage = merged
+
+
+def _type_of(data: bytes) -> str | None:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+class AnswerCollector:
+    """Rebuilds a plain text answer from a Messages event stream, fed as it is sent. A
+    tool_use, thinking or any non-text block, an error event or anything unreadable makes it
+    give up (streamed tool calls are not reassembled)."""
+
+    __slots__ = ("broken", "content", "model", "started")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.model = ""
+        self.started = False
+        self.broken = False
+
+    def feed(self, events: bytes) -> None:
+        """Take a block of whole SSE events (bytes as sent to the client)."""
+        for raw in events.split(b"\n\n"):
+            name, data = parse_event(raw)
+            if name in _UNREAD or not data:
+                continue
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                self.broken = True
+                continue
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if kind == "content_block_delta":
+                delta = obj.get("delta")
+                if isinstance(delta, dict) and delta.get("type") == "text_delta" \
+                        and isinstance(delta.get("text"), str):
+                    self.content.append(delta["text"])
+                else:
+                    self.broken = True
+            elif kind == "content_block_start":
+                block = obj.get("content_block")
+                if isinstance(block, dict) and block.get("type") == "text" \
+                        and isinstance(block.get("text"), str) and not block.get("citations"):
+                    self.content.append(block["text"])
+                else:
+                    self.broken = True
+            elif kind == "message_start":
+                message = obj.get("message")
+                if isinstance(message, dict) and not message.get("content"):
+                    self.model = str(message.get("model") or "")
+                    self.started = True
+                else:
+                    self.broken = True
+            elif kind not in _UNREAD:  # an error event, or something unknown
+                self.broken = True
+
+    def answer(self, finish: str | None, usage: dict[str, Any] | None) -> Answer | None:
+        """The whole answer when it was plain text and ``finish`` (OpenAI vocabulary) is
+        ``stop``, else None. ``usage``: OpenAI-shaped (``prompt_tokens``...) or None."""
+        if self.broken or not self.started or finish != "stop":
+            return None
+        return Answer.complete("".join(self.content), finish, self.model, None, usage, False)
+
+
+# Events the collector need not read: their content is known from the name (or they carry
+# what the observer notes: the stop reason and usage).
+_UNREAD = frozenset({"ping", "content_block_stop", "message_delta", "message_stop"})
+
