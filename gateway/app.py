@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.config import Config
+from gateway.count_tokens import CountTokens
 from gateway.embedding import Embed
 from gateway.endpoint import ModelEndpoint
 from gateway.errors import (
@@ -31,6 +32,8 @@ from gateway.errors import (
     PermissionDenied,
     error_body,
 )
+from gateway.formats import anthropic
+from gateway.formats.apis import ANTHROPIC
 from gateway.passthrough import Passthrough
 from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.state import Gateway
@@ -93,12 +96,23 @@ def create_app(
             await gw.aclose()
 
     async def models(request: Request) -> Response:
+        # Router aliases ("auto"): a client may ask for them by name.
+        names = [*gw.models.routes, *sorted(gw.runtime.pipeline.aliases)]
+        if "anthropic-version" in request.headers:  # the anthropic SDK's models.list()
+            return _json({"data": [{"type": "model", "id": name, "display_name": name,
+                                    "created_at": "1970-01-01T00:00:00Z"} for name in names],
+                          "has_more": False, "first_id": names[0] if names else None,
+                          "last_id": names[-1] if names else None})
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
                 for name in gw.models.routes]
-        # Router aliases ("auto"): a client may ask for them by name.
         data += [{"id": name, "object": "model", "created": 0, "owned_by": "gateway-router"}
                  for name in sorted(gw.runtime.pipeline.aliases)]
         return _json({"object": "list", "data": data})
+
+    async def messages_other(request: Request) -> Response:
+        err = NotFound(f"{request.method} {request.url.path} is not supported by this "
+                       "gateway (it serves /v1/messages and /v1/messages/count_tokens)")
+        return Response(anthropic.error_body(err), 404, media_type="application/json")
 
     async def healthz(request: Request) -> Response:
         return _json({"status": "ok"})
@@ -142,6 +156,8 @@ def create_app(
         "/v1/chat/completions": ModelEndpoint(gw, "chat", "/chat/completions"),
         "/v1/completions": ModelEndpoint(gw, "completions", "/completions"),
         "/v1/embeddings": ModelEndpoint(gw, "embeddings", "/embeddings"),
+        "/v1/messages": ModelEndpoint(gw, "chat", "/v1/messages", ANTHROPIC, "/v1/messages"),
+        "/v1/messages/count_tokens": CountTokens(gw),
     }
     passthrough = Passthrough(gw)
     routes = [Route(path, handler, methods=["POST"]) for path, handler in hot.items()] + [
@@ -150,6 +166,8 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/admin/cache/purge", purge, methods=["POST"]),
+        Route("/v1/messages/{rest:path}", messages_other,
+              methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/v1/{rest:path}", passthrough,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]

@@ -92,10 +92,12 @@ class EngineOptions:
 
 @dataclass(frozen=True)
 class UpstreamConfig:
-    """One upstream. ``type = "openai"``: any OpenAI-compatible base URL. ``type = "local"``:
-    the co-located engine, started and stopped with the gateway (settings in ``engine``)."""
+    """One upstream. ``type = "openai"``: any OpenAI-compatible base URL. ``type = "anthropic"``:
+    the Anthropic Messages API (``base_url`` without ``/v1``, as the anthropic SDK takes it;
+    default https://api.anthropic.com). ``type = "local"``: the co-located engine, started and
+    stopped with the gateway (settings in ``engine``)."""
 
-    type: Literal["openai", "local"]
+    type: Literal["openai", "anthropic", "local"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -106,10 +108,16 @@ class UpstreamConfig:
     max_connections: int = bounded(512, ge=1)
     #: Extra headers sent with every request to this upstream.
     headers: dict[str, str] = field(default_factory=dict)
+    #: ``type = "anthropic"``: the ``anthropic-version`` header sent when the client sends
+    #: none, and ``anthropic-beta`` features always sent (a client's own are added).
+    anthropic_version: str = "2023-06-01"
+    beta: tuple[str, ...] = ()
 
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
+        if self.type == "anthropic" and not self.base_url:
+            object.__setattr__(self, "base_url", "https://api.anthropic.com")
         if self.type == "openai" and not self.base_url:
             raise ValueError(f"type {self.type!r} needs base_url")
         if self.type == "local" and self.base_url:

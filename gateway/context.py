@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.formats.apis import OPENAI, ApiFormat
 from gateway.formats.openai import Kind
 from gateway.requestlog import RequestRecord
 
@@ -53,7 +54,8 @@ class Memo:
 class RequestContext:
     """One request, as the stages see it.
 
-    ``kind`` and ``path``: the endpoint (e.g. ``chat``, ``/chat/completions``); ``raw``: the
+    ``kind`` and ``path``: the endpoint (e.g. ``chat``, ``/chat/completions``; Anthropic's
+    Messages is kind ``chat`` on ``/v1/messages``, with ``api`` ANTHROPIC); ``raw``: the
     body as received (bytes); ``body``: it parsed; ``headers``: the client's (lower-case
     names); ``key_id``: the gateway key's id, or None; ``policy``: the snapshot taken at
     entry; ``record``: the log line's fields; ``model``: the public model (aliases resolved)
@@ -73,6 +75,8 @@ class RequestContext:
     target: str
     response_headers: Headers
     memo: Memo = field(default_factory=Memo)
+    #: The client's API: its request and every answer to it are in this format.
+    api: ApiFormat = OPENAI
     #: Set by admission: how the request queues for slots (None: no admission control).
     ticket: Ticket | None = None
     #: Set by a stage that will try another target when this one cannot be admitted (the

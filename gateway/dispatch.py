@@ -43,8 +43,10 @@ import orjson
 from gateway.admission import Limiter, Shed, Slot
 from gateway.breaker import Breaker
 from gateway.config import Target
-from gateway.context import Reply, RequestContext, Ticket
+from gateway.context import Reply, RequestContext, Stream, Ticket
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
+from gateway.formats.anthropic import finish_reason_of
+from gateway.formats.bridge import TranslatedStream, bridge
 from gateway.http import forward_request_headers, forward_response_headers
 from gateway.policy import Policy, RetryPolicy
 from gateway.requestlog import RequestRecord
@@ -295,41 +297,62 @@ class Dispatch:
 
     async def __call__(self, ctx: RequestContext) -> Reply:
         targets = self.models.resolve(ctx.target).targets
-        rec, body = ctx.record, ctx.body
-        hide_usage = False
-        if ctx.stream and ctx.policy.streaming.observe_usage:
+        rec, body, api, kind = ctx.record, ctx.body, ctx.api.name, ctx.kind
+        upstreams = self.dispatcher.upstreams
+        # An OpenAI stream's usage chunk: asked of OpenAI-style upstreams (observe_usage) and
+        # always made by the Anthropic translation; forwarded only to clients that asked.
+        hide_usage = inject = False
+        if ctx.stream and api == "openai":
             options = body.get("stream_options") or {}
             if not options.get("include_usage"):
                 hide_usage = True
-                body = {**body, "stream_options": {**options, "include_usage": True}}
+                if ctx.policy.streaming.observe_usage:
+                    inject = True
+                    body = {**body, "stream_options": {**options, "include_usage": True}}
         forwarded = forward_request_headers(ctx.headers)
         asked, raw = body["model"], ctx.raw
+        max_tokens = ctx.policy.translation.default_max_tokens
 
         def build(target: Target) -> UpstreamRequest:
-            payload = raw if target.model == asked and not hide_usage else \
+            crossing = bridge(api, upstreams[target.upstream].api, kind)
+            if crossing is not None:
+                payload = orjson.dumps(crossing.request(ctx.body, target.model, max_tokens))
+                return UpstreamRequest("POST", crossing.path, payload, forwarded, ctx.stream,
+                                       rec.request_id)
+            payload = raw if target.model == asked and not inject else \
                 orjson.dumps({**body, "model": target.model})
             return UpstreamRequest("POST", ctx.path, payload, forwarded, ctx.stream,
                                    rec.request_id)
 
         if ctx.stream:
-            _, opened = await self.dispatcher.stream(targets, build, ctx.policy, rec,
-                                                     ctx.ticket)
+            target, opened = await self.dispatcher.stream(targets, build, ctx.policy, rec,
+                                                          ctx.ticket)
+            crossing = bridge(api, upstreams[target.upstream].api, kind)
             if isinstance(opened, Opened):
                 headers = [h for h in forward_response_headers(opened.response.headers)
                            if h[0] not in (b"content-type", b"cache-control")]
-                return Reply(200, headers, stream=opened, hide_usage=hide_usage)
+                stream: Stream = opened if crossing is None else \
+                    TranslatedStream(opened, crossing.stream())
+                return Reply(200, headers, stream=stream, hide_usage=hide_usage)
             response = opened  # the upstream refused with a status: pass it on
         else:
-            _, response = await self.dispatcher.unary(targets, build, ctx.policy, rec,
-                                                      ctx.ticket)
+            target, response = await self.dispatcher.unary(targets, build, ctx.policy, rec,
+                                                           ctx.ticket)
+            crossing = bridge(api, upstreams[target.upstream].api, kind)
         rec.upstream_ended = time.perf_counter()
         _observe(response, rec)
-        return Reply(response.status, forward_response_headers(response.headers), response.body)
+        headers = forward_response_headers(response.headers)
+        if crossing is None:
+            return Reply(response.status, headers, response.body)
+        if response.status == 200:
+            return Reply(200, headers, crossing.response(response.body))
+        status, error = crossing.error(response.status, response.body)
+        return Reply(status, headers, error)
 
 
 def _observe(response: Response, rec: RequestRecord) -> None:
-    """The log line's fields from a complete response: error type and code, or usage and
-    ``finish_reason``."""
+    """The log line's fields from a complete response, OpenAI's or Anthropic's: error type
+    and code, or usage and ``finish_reason``."""
     try:
         obj = orjson.loads(response.body)
     except orjson.JSONDecodeError:
@@ -350,6 +373,8 @@ def _observe(response: Response, rec: RequestRecord) -> None:
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[-1], dict):
         rec.finish_reason = choices[-1].get("finish_reason")
+    elif "stop_reason" in obj:
+        rec.finish_reason = finish_reason_of(obj["stop_reason"])
 
 
 def _give_up(last: tuple[Target, R] | None, error: UpstreamError | None) -> tuple[Target, R]:

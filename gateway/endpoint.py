@@ -1,11 +1,13 @@
-"""The model endpoints (chat completions, completions, embeddings) as plain ASGI apps.
+"""The model endpoints (chat completions, completions, embeddings; Anthropic's messages) as
+plain ASGI apps.
 
-Each request: authenticate, read the body and parse it once (:mod:`gateway.formats.openai`),
+Each request: authenticate, read the body and parse it once (in the endpoint's API format,
+:mod:`gateway.formats.apis`),
 take the policy snapshot and its pipeline, build the :class:`~gateway.context.RequestContext`
 and run the pipeline, then send its reply, all while a watcher cancels everything the
 moment the client disconnects. Streams are forwarded event by event as they arrive; an
-upstream failure mid-stream becomes an OpenAI error event and the stream ends (never a fake
-``[DONE]``). One log line and one metrics observation per request, whatever happened.
+upstream failure mid-stream becomes an error event in the client's format and the stream
+ends (never a fake ``[DONE]`` or ``message_stop``). Errors are in the client's format too. One log line and one metrics observation per request, whatever happened.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import structlog
 from gateway.admission import Shed
 from gateway.context import Headers, Kind, Outcome, Reply, RequestContext
 from gateway.errors import GatewayError, ModelNotFound, UpstreamError
-from gateway.formats.openai import error_event, parse_request
-from gateway.formats.openai_stream import StreamObserver
-from gateway.http import read_body, send_bytes, send_error
+from gateway.formats.apis import OPENAI, ApiFormat
+from gateway.http import read_body, send_bytes
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
@@ -46,26 +47,32 @@ def request_id_of(headers: Headers, make: Callable[[], str]) -> str:
 
 
 class ModelEndpoint:
-    """ASGI app for one model endpoint; ``path`` is the upstream path, e.g. /chat/completions."""
+    """ASGI app for one model endpoint; ``path`` is the upstream path (relative to an
+    upstream of the same API), e.g. /chat/completions; ``route`` the gateway's own."""
 
-    def __init__(self, gateway: Gateway, kind: Kind, path: str) -> None:
+    def __init__(self, gateway: Gateway, kind: Kind, path: str, api: ApiFormat = OPENAI,
+                 route: str | None = None) -> None:
         self.gw = gateway
         self.kind: Kind = kind
         self.path = path
-        self.route = "/v1" + path
+        self.api = api
+        self.route = route or "/v1" + path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw = self.gw
         headers: Headers = scope["headers"]
         rec = RequestRecord(request_id_of(headers, gw.request_ids), self.route)
+        api = self.api
+        if api is not OPENAI:
+            rec.api = api.name
         extra: Headers = [(b"x-request-id", rec.request_id.encode())]
-        sending = _Sending(send, rec, extra)
+        sending = _Sending(send, rec, extra, api)
         gw.metrics.in_flight += 1
         try:
             rec.key_id = gw.auth.check(headers)
             raw = await read_body(receive, gw.config.server.max_body_bytes,
                                   _content_length(headers))
-            body = parse_request(raw, self.kind)
+            body = api.parse_request(raw, self.kind)
             runtime = gw.runtime  # the policy snapshot and its pipeline, taken once
             rec.policy_version = runtime.policy.version
             model = body["model"]
@@ -77,7 +84,7 @@ class ModelEndpoint:
                                     param="model")
             name = model if route is None else route.name
             ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
-                                 runtime.policy, rec, name, name, extra)
+                                 runtime.policy, rec, name, name, extra, api=api)
             await run_until_disconnect(receive, sending.serve(runtime.pipeline(ctx)))
         except ClientDisconnected:
             rec.cancelled = True
@@ -100,12 +107,13 @@ class ModelEndpoint:
 class _Sending:
     """Sends one request's reply (or error) to the client, and ends the reply."""
 
-    __slots__ = ("extra", "rec", "send", "started")
+    __slots__ = ("api", "extra", "rec", "send", "started")
 
-    def __init__(self, send: Send, rec: RequestRecord, extra: Headers) -> None:
+    def __init__(self, send: Send, rec: RequestRecord, extra: Headers, api: ApiFormat) -> None:
         self.send = send
         self.rec = rec
         self.extra = extra  # the context's response headers: the same list
+        self.api = api
         self.started = False
 
     async def serve(self, pending: Awaitable[Reply]) -> None:
@@ -130,10 +138,13 @@ class _Sending:
             reply.close(Outcome(delivered))
 
     async def error(self, exc: GatewayError) -> None:
-        rec = self.rec
-        rec.status, rec.error_type, rec.error_code = exc.status, exc.type, exc.code
+        """Answer ``exc`` in the client's format (unless the reply has started)."""
+        rec, api = self.rec, self.api
+        rec.status, rec.error_type, rec.error_code = api.error_status(exc), exc.type, exc.code
         if not self.started:
-            await send_error(self.send, exc, self.extra)
+            headers = [(b"content-type", b"application/json"), *self.extra]
+            headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
+            await send_bytes(self.send, rec.status, api.error_body(exc), headers)
 
     async def _start(self, status: int, headers: Headers) -> None:
         self.started = True
@@ -145,7 +156,7 @@ class _Sending:
         error event that ends the stream."""
         stream, rec, send, taps = reply.stream, self.rec, self.send, reply.taps
         assert stream is not None
-        observer = StreamObserver(hide_usage_chunk=reply.hide_usage)
+        observer = self.api.observer(reply.hide_usage)
         rec.status = 200
         failed = delivered = False  # failed: the upstream broke the stream
         try:
@@ -170,12 +181,12 @@ class _Sending:
                         break
                 out += observer.flush()
                 if not (observer.done or observer.errored):
-                    raise UpstreamError("the upstream ended the stream without [DONE]")
+                    raise UpstreamError("the upstream ended the stream before its end event")
                 failed = observer.errored
             except UpstreamError as exc:
                 failed = True
                 rec.error_type, rec.error_code = exc.type, exc.code
-                out = observer.flush() + error_event(exc)
+                out = observer.flush() + self.api.error_event(exc)
             finally:
                 rec.upstream_ended = time.perf_counter()
             if out:

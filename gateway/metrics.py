@@ -101,8 +101,9 @@ class RequestCollector(Collector):
         series: tuple[tuple[str, str, list[str], dict[Any, int]], ...] = (
             ("gateway_requests", "Requests by route, served model and status.",
              ["route", "model", "status"], self.requests),
-            ("gateway_tokens", "Tokens by served model and kind.", ["model", "kind"],
-             self.tokens),
+            ("gateway_tokens", "Tokens by served model and kind (prompt, completion; cached "
+             "and cache_write: read from and written to the provider's prompt cache).",
+             ["model", "kind"], self.tokens),
             ("gateway_retries", "Upstream attempts beyond the first.", ["route"],
              self.retries),
             ("gateway_cancelled_requests", "Requests the client abandoned before completion.",
@@ -189,7 +190,8 @@ class _Series:
         self.overhead = c.overhead.get(route)
         self.ttft = c.ttft.get(model)
         self.upstream = c.upstream.get(upstream)
-        self.tokens_keys = ((model, "prompt"), (model, "completion"), (model, "cached"))
+        self.tokens_keys = ((model, "prompt"), (model, "completion"), (model, "cached"),
+                           (model, "cache_write"))
 
 
 class Metrics:
@@ -235,7 +237,8 @@ class Metrics:
         if rec.upstream_ms is not None and rec.upstream:
             c.upstream.observe(s.upstream, rec.upstream_ms / 1000)
         for k, n in zip(s.tokens_keys, (rec.prompt_tokens, rec.completion_tokens,
-                                        rec.cached_tokens), strict=True):
+                                        rec.cached_tokens, rec.cache_write_tokens),
+                        strict=True):
             if n:
                 c.tokens[k] = c.tokens.get(k, 0) + n
         if rec.queue_ms:

@@ -28,7 +28,8 @@ from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
     "CachePolicy", "DegradedPolicy", "OperatingPoint", "PipelinePolicy", "Policy", "PolicyStore",
-    "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "load_policy",
+    "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "TranslationPolicy",
+    "load_policy",
 ]
 
 log = structlog.get_logger("gateway.policy")
@@ -49,7 +50,7 @@ class RetryPolicy:
     max_delay_ms: int = bounded(2_000, ge=0)
     #: A Retry-After longer than this (ms) is not waited for: the next target is tried instead.
     max_retry_after_ms: int = bounded(5_000, ge=0)
-    retry_on_status: tuple[int, ...] = (429, 500, 502, 503, 504)
+    retry_on_status: tuple[int, ...] = (429, 500, 502, 503, 504, 529)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ class StreamingPolicy:
     #: Ask OpenAI-style upstreams for the final usage chunk (for logs and metrics); it is
     #: forwarded only to clients that asked for it themselves.
     observe_usage: bool = True
+
+
+@dataclass(frozen=True)
+class TranslationPolicy:
+    """Requests translated between the OpenAI and Anthropic formats (a client of one API
+    calling a model served by the other)."""
+
+    #: ``max_tokens`` sent to an Anthropic upstream when the OpenAI client set none (the
+    #: Messages API requires it).
+    default_max_tokens: int = bounded(4096, ge=1)
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,7 @@ class Policy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     streaming: StreamingPolicy = field(default_factory=StreamingPolicy)
+    translation: TranslationPolicy = field(default_factory=TranslationPolicy)
     admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     degraded: DegradedPolicy = field(default_factory=DegradedPolicy)

@@ -6,6 +6,7 @@ Schema (stable; new fields are only ever added). Times are milliseconds, tokens 
 request_id         taken from the client's ``x-request-id`` or made; returned in the response
 ts                 request arrival, ISO 8601 UTC
 route              endpoint path, e.g. ``/v1/chat/completions``
+api                the client's API: ``openai`` or ``anthropic`` (``/v1/messages``)
 key_id             the gateway key's id (never the key), or null
 model_requested    ``model`` as the client sent it
 model_served       the upstream model id that answered
@@ -17,8 +18,12 @@ queue_ms           time queued for an admission slot (0 when admitted at once)
 total_ms           arrival -> last byte sent
 upstream_ms        first upstream attempt -> last upstream byte (retries included)
 overhead_ms        total_ms - upstream_ms: what the gateway itself added
-prompt_tokens, completion_tokens, cached_tokens   from the upstream's usage
-finish_reason      from the last choice
+prompt_tokens, completion_tokens, cached_tokens   from the upstream's usage (prompt_tokens
+                   counts all input, cached prompt tokens included, whatever the API)
+cache_read_tokens  prompt tokens read from the provider's prompt cache (= cached_tokens)
+cache_write_tokens prompt tokens written to it (Anthropic reports them; OpenAI does not: null)
+finish_reason      from the last choice, in OpenAI's terms (Anthropic's ``stop_reason``
+                   mapped: end_turn -> stop, max_tokens -> length, tool_use -> tool_calls)
 retries            attempts beyond the first, across fallback targets
 cancelled          the client went away before the response was complete
 error_type         OpenAI ``error.type`` when the request failed, else null
@@ -69,7 +74,8 @@ FIELDS = (
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
-    "route_fallback", "route_ms", "policy_version",
+    "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
+    "cache_write_tokens",
 )
 
 
@@ -106,6 +112,9 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    api: str = "openai"
     finish_reason: str | None = None
     error_type: str | None = None
     error_code: str | None = None
@@ -139,13 +148,24 @@ class RequestRecord:
             self.ttft_ms = round((time.perf_counter() - self.started) * 1000, 3)
 
     def take_usage(self, usage: dict[str, Any] | None) -> None:
+        """Token counts from a usage object, OpenAI's or Anthropic's (told apart by
+        ``input_tokens``: Anthropic's excludes the cache reads and writes, which are added
+        so that ``prompt_tokens`` counts all input either way)."""
         if not usage:
+            return
+        if "input_tokens" in usage:
+            read = usage.get("cache_read_input_tokens")
+            written = usage.get("cache_creation_input_tokens")
+            self.prompt_tokens = (usage.get("input_tokens") or 0) + (read or 0) + (written or 0)
+            self.completion_tokens = usage.get("output_tokens")
+            self.cached_tokens = self.cache_read_tokens = read
+            self.cache_write_tokens = written
             return
         self.prompt_tokens = usage.get("prompt_tokens")
         self.completion_tokens = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
-            self.cached_tokens = details.get("cached_tokens")
+            self.cached_tokens = self.cache_read_tokens = details.get("cached_tokens")
 
     def finish(self) -> None:
         now = time.perf_counter()

@@ -80,6 +80,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.local import LocalUpstream
 
         return LocalUpstream(name, config)
+    if config.type == "anthropic":
+        from gateway.upstreams.anthropic import AnthropicUpstream
+
+        return AnthropicUpstream(name, config)
     return OpenAIUpstream(name, config)
 
 
@@ -167,9 +171,10 @@ class Gateway:
                 and self.dispatcher.guards[name].breaker.state is not State.OPEN]
 
     def passthrough_upstream(self) -> Upstream | None:
-        """Where /v1/* paths the gateway does not interpret go: the first enabled upstream."""
+        """Where /v1/* paths the gateway does not interpret go: the first enabled
+        OpenAI-compatible upstream."""
         for upstream in self.upstreams.values():
-            if upstream.enabled:
+            if upstream.enabled and upstream.api == "openai":
                 return upstream
         return None
 

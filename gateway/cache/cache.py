@@ -124,7 +124,7 @@ class ResponseCache:
         return result
 
     async def _lookup(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
-        data, rec, model = ctx.body, ctx.record, ctx.model
+        data, rec, model = ctx.api.chat_view(ctx.body), ctx.record, ctx.model
         directives = cache_directives(ctx.headers)
         if ineligible_reason(data, policy.max_temperature) is not None:
             rec.cache = "bypass"

@@ -97,8 +97,9 @@ def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | Non
         return "n"
     if data.get("logprobs") or data.get("top_logprobs"):
         return "logprobs"
-    choice = data.get("tool_choice")
-    if choice == "required" or isinstance(choice, dict):
+    choice = data.get("tool_choice")  # a forced call; Anthropic's {"type": "auto"} is not
+    if choice == "required" or isinstance(choice, dict) and choice.get("type") not in (
+            "auto", "none"):
         return "tool_choice"
     temperature = data.get("temperature")
     if (1.0 if temperature is None else temperature) > max_temperature:

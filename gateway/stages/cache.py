@@ -1,8 +1,9 @@
 """Stage ``cache``: answer from the response cache, or store the answer after its last byte.
 
-Chat completions only, when the gateway config enables the cache and the policy's
-``[cache]`` does. A hit is served at once (``x-cache: hit``, ``x-cache-similarity`` for a
-semantic one) as ``chat.completion`` JSON or, for a streaming request, as a chunk stream; a
+Chat requests only (Chat Completions or Anthropic Messages), when the gateway config
+enables the cache and the policy's ``[cache]`` does. A hit is served at once (``x-cache:
+hit``, ``x-cache-similarity`` for a semantic one) in the caller's format: ``chat.completion``
+JSON or a chunk stream, an Anthropic message or its event stream; a
 miss or bypass says so in ``x-cache`` and goes on down the pipeline. What comes back is
 stored (in the background) only once the client has it whole: never an error, a truncated,
 broken or cancelled answer. Degraded mode may serve a near miss instead of shedding the
@@ -18,12 +19,6 @@ from typing import TYPE_CHECKING
 from gateway.cache.cache import Lookup, ResponseCache
 from gateway.context import Outcome, Reply, RequestContext
 from gateway.formats.answer import Answer
-from gateway.formats.openai import (
-    AnswerCollector,
-    answer_from_completion,
-    completion_body,
-    completion_events,
-)
 from gateway.pipeline import Next
 from gateway.policy import CachePolicy
 
@@ -53,7 +48,11 @@ class CacheStage:
             return await call_next(ctx)
         lookup = await cache.lookup(ctx, policy)
         if lookup.hit is not None:
-            return _hit(ctx, lookup)
+            try:
+                return _hit(ctx, lookup)
+            except ValueError:  # an entry this API cannot render (a tool call's arguments
+                lookup.hit = None  # that are not a JSON object): a miss
+                ctx.record.cache, ctx.record.cache_layer = "miss", None
         ctx.response_headers.append((b"x-cache", (ctx.record.cache or "bypass").encode()))
         if lookup.candidates:
             async def relaxed(label: str) -> Reply | None:
@@ -77,15 +76,15 @@ class CacheStage:
 
     def _store_when_delivered(self, ctx: RequestContext, reply: Reply, lookup: Lookup,
                               policy: CachePolicy) -> None:
-        cache, rec = self.cache, ctx.record
+        cache, rec, api = self.cache, ctx.record, ctx.api
         if reply.stream is None:
             def store_body(outcome: Outcome) -> None:
                 if outcome.delivered:
-                    answer = answer_from_completion(reply.body, policy.cache_tool_calls)
+                    answer = api.answer_from_body(reply.body, policy.cache_tool_calls)
                     cache.store_later(lookup, answer, policy)
             reply.on_close(store_body)
             return
-        collector = AnswerCollector()
+        collector = api.collector()
         reply.taps.append(collector.feed)
 
         def store_stream(outcome: Outcome) -> None:
@@ -97,7 +96,7 @@ class CacheStage:
 
 
 def _hit(ctx: RequestContext, lookup: Lookup) -> Reply:
-    """Serve the hit: ``chat.completion`` JSON, or a chunk stream when the client streams."""
+    """Serve the hit in the caller's format, as a stream when the client streams."""
     assert lookup.hit is not None
     rec = ctx.record
     answer = Answer.from_bytes(lookup.hit.answer)
@@ -106,9 +105,8 @@ def _hit(ctx: RequestContext, lookup: Lookup) -> Reply:
         headers.append((b"x-cache-similarity", f"{rec.similarity:.4f}".encode()))
     rec.model_served, rec.finish_reason = answer.model, answer.finish_reason
     rec.prompt_tokens, rec.completion_tokens = answer.prompt_tokens, answer.completion_tokens
-    id_ = "chatcmpl-cache-" + uuid.uuid4().hex
+    api = ctx.api
+    id_ = api.id_prefix + uuid.uuid4().hex
     if ctx.stream:
-        options = ctx.body.get("stream_options") or {}
-        body = completion_events(answer, bool(options.get("include_usage")), id_)
-        return Reply(200, headers, body, sse=True)
-    return Reply(200, [_JSON, *headers], completion_body(answer, id_))
+        return Reply(200, headers, api.answer_events(answer, ctx.body, id_), sse=True)
+    return Reply(200, [_JSON, *headers], api.answer_body(answer, id_))

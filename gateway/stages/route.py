@@ -82,7 +82,8 @@ class RouteStage:
     async def _decide(self, ctx: RequestContext, name: str, router: RouterPolicy) -> Decision:
         """Choose the tier; the decision goes into the log line and the response headers."""
         started = time.perf_counter()
-        decision = await self.routers.decide(name, router, ctx.policy.routing.tiers, ctx.body,
+        decision = await self.routers.decide(name, router, ctx.policy.routing.tiers,
+                                             ctx.api.chat_view(ctx.body),
                                              ctx.memo.embeddings)
         rec = ctx.record
         rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -97,8 +98,11 @@ class RouteStage:
 
 def failed_status(reply: Reply) -> bool:
     """Worth the next tier: 5xx, 429, or a prompt too long for this model's context (the
-    other tier may have a longer one)."""
+    other tier may have a longer one): OpenAI's ``context_length_exceeded``, Anthropic's
+    "prompt is too long" ``invalid_request_error``."""
     if reply.status >= 500 or reply.status == 429:
+        return True
+    if reply.status == 400 and b"prompt is too long" in reply.body:
         return True
     if reply.status == 400 and b"context_length_exceeded" in reply.body:
         try:

@@ -71,6 +71,8 @@ class UpstreamResponse(abc.ABC):
 
 class Upstream(abc.ABC):
     name: str
+    #: The wire format it speaks: "openai" (Chat Completions) or "anthropic" (Messages).
+    api: str = "openai"
 
     @property
     def enabled(self) -> bool:

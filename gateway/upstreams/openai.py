@@ -77,6 +77,8 @@ class _AiohttpResponse(UpstreamResponse):
 
 
 class OpenAIUpstream(Upstream):
+    api = "openai"
+
     def __init__(self, name: str, config: UpstreamConfig):
         self.name = name
         self.config = config
@@ -113,7 +115,7 @@ class OpenAIUpstream(Upstream):
         return self._session
 
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
-        headers = _merge(request.headers, self._headers, request.request_id)
+        headers = self._merge(request.headers, request.request_id)
         session = self._get_session()
         try:
             resp = await session.request(
@@ -139,13 +141,14 @@ class OpenAIUpstream(Upstream):
             await self._session.close()
             self._session = None
 
-
-def _merge(client: RawHeaders, own: dict[str, str], request_id: str) -> dict[str, str]:
-    out = own.copy()
-    for k, v in client:
-        out[k.decode("latin-1")] = v.decode("latin-1")
-    out.update(own)  # ours win over a client's
-    if request_id:
-        out["x-request-id"] = request_id
-    return out
+    def _merge(self, client: RawHeaders, request_id: str) -> dict[str, str]:
+        """The request's headers: the client's forwarded ones, then ours (which win)."""
+        own = self._headers
+        out = own.copy()
+        for k, v in client:
+            out[k.decode("latin-1")] = v.decode("latin-1")
+        out.update(own)
+        if request_id:
+            out["x-request-id"] = request_id
+        return out
 

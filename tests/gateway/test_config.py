@@ -81,7 +81,7 @@ def test_policy_is_strict_too(tmp_path):
         load_policy(path)
     path.write_text("[retyr]\n")
     with pytest.raises(ConfigError, match="allowed keys: admission, breaker, cache, degraded, pipeline, retry, "
-                                          "retry_budget, routing, streaming, version"):
+                                          "retry_budget, routing, streaming, translation, version"):
         load_policy(path)
 
 

@@ -1,0 +1,156 @@
+"""``POST /v1/messages/count_tokens``: Anthropic's token counting, through the gateway.
+
+For a model with an Anthropic upstream among its targets, the request goes to the first one
+that is enabled (its ``model`` rewritten, the rest byte for byte) and its answer comes back
+as it is. For any other model (an OpenAI-compatible one, the local engine), the gateway
+counts itself, with the o200k_base BPE (bpe-openai, loaded once on a worker thread) over
+the system prompt, the messages' text and the tool definitions, and says so in
+``x-gateway-token-count: estimate``: close for clients that budget their context (Claude
+Code does), not the model's own tokenizer. Errors are in Anthropic's format.
+Reference: https://docs.anthropic.com/en/api/messages-count-tokens
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import warnings
+from typing import Any
+
+import orjson
+import structlog
+
+from gateway.endpoint import request_id_of
+from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, NoUpstreamAvailable
+from gateway.formats import anthropic
+from gateway.http import forward_request_headers, forward_response_headers, read_body, send_bytes
+from gateway.requestlog import RequestRecord
+from gateway.state import Gateway
+from gateway.types import Receive, Scope, Send
+from gateway.upstreams.base import UpstreamRequest
+from llm_wire.asgi import ClientDisconnected, run_until_disconnect
+
+__all__ = ["CountTokens", "estimate_tokens"]
+
+_JSON = (b"content-type", b"application/json")
+
+log = structlog.get_logger("gateway.count_tokens")
+
+
+class CountTokens:
+    route = "/v1/messages/count_tokens"
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gw = self.gw
+        headers = scope["headers"]
+        rec = RequestRecord(request_id_of(headers, gw.request_ids), self.route)
+        rec.api = "anthropic"
+        extra = [(b"x-request-id", rec.request_id.encode())]
+        try:
+            rec.key_id = gw.auth.check(headers)
+            raw = await read_body(receive, gw.config.server.max_body_bytes)
+            body = _parse(raw)
+            rec.model_requested = body["model"]
+            status, out_headers, payload = await run_until_disconnect(
+                receive, self._count(raw, body, headers, rec))
+            rec.status = status
+            await send_bytes(send, status, payload, out_headers + extra)
+        except ClientDisconnected:
+            rec.cancelled, rec.status = True, 499
+        except GatewayError as exc:
+            await self._error(send, rec, exc, extra)
+        except Exception:
+            log.exception("unhandled_error", request_id=rec.request_id, route=self.route)
+            await self._error(send, rec, GatewayError("internal gateway error"), extra)
+        finally:
+            rec.finish()
+            gw.metrics.observe(rec)
+            gw.logger.emit(rec)
+
+    @staticmethod
+    async def _error(send: Send, rec: RequestRecord, exc: GatewayError,
+                     extra: list[tuple[bytes, bytes]]) -> None:
+        rec.status, rec.error_type, rec.error_code = (anthropic.error_status(exc),
+                                                      exc.type, exc.code)
+        await send_bytes(send, rec.status, anthropic.error_body(exc), [_JSON, *extra])
+
+    async def _count(self, raw: bytes, body: dict[str, Any], headers: list[tuple[bytes, bytes]],
+                     rec: RequestRecord) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        gw = self.gw
+        route = gw.models.resolve(body["model"])
+        for target in route.targets:
+            upstream = gw.upstreams[target.upstream]
+            if upstream.api != "anthropic" or not upstream.enabled:
+                continue
+            payload = raw if target.model == body["model"] else \
+                orjson.dumps({**body, "model": target.model})
+            rec.upstream, rec.model_served = upstream.name, target.model
+            request = UpstreamRequest("POST", "/v1/messages/count_tokens", payload,
+                                      forward_request_headers(headers), False, rec.request_id)
+            response = await upstream.send(request)
+            return response.status, forward_response_headers(response.headers), response.body
+        if not any(gw.upstreams[t.upstream].enabled for t in route.targets):
+            raise NoUpstreamAvailable("no upstream is available for this model")
+        count = await asyncio.to_thread(estimate_tokens, body)
+        return 200, [_JSON, (b"x-gateway-token-count", b"estimate")], \
+            orjson.dumps({"input_tokens": count})
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc.msg}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise InvalidRequest("'model' is required and must be a non-empty string",
+                             param="model")
+    if not isinstance(body.get("messages"), list):
+        raise InvalidRequest("'messages' is required and must be an array", param="messages")
+    return body
+
+
+@functools.cache
+def _encoding() -> Any:
+    with warnings.catch_warnings():  # it reads its data with a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai
+
+        return bpe_openai.get_encoding("o200k_base")
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    """Tokens of a Messages request's text (system, messages, tool definitions) by
+    o200k_base, plus a few per message for the turn framing. Blocks without text (images,
+    documents) count nothing: this is an estimate."""
+    texts: list[str] = []
+
+    def add(content: Any) -> None:
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                for key in ("text", "thinking"):
+                    if isinstance(block.get(key), str):
+                        texts.append(block[key])
+                if "input" in block:
+                    texts.append(orjson.dumps(block["input"]).decode())
+                if "content" in block:
+                    add(block["content"])
+
+    add(body.get("system"))
+    messages = body.get("messages") or []
+    for message in messages:
+        if isinstance(message, dict):
+            add(message.get("content"))
+    for tool in body.get("tools") or ():
+        texts.append(orjson.dumps(tool).decode())
+    encoding = _encoding()
+    return sum(len(encoding.encode(t, disallowed_special=())) for t in texts) \
+        + 3 * len(messages)

@@ -1,0 +1,43 @@
+"""Upstream ``type = "anthropic"``: the Anthropic Messages API (https://api.anthropic.com).
+
+The same transport as :mod:`gateway.upstreams.openai` (one aiohttp keep-alive pool per
+upstream, errors converted at the boundary); what differs is authentication and versioning:
+the key goes in ``x-api-key``, ``anthropic-version`` is the client's when it sent one (it
+knows the shape it speaks), else the configured one, and ``anthropic-beta`` carries the
+configured features plus the client's. Requests reach it in the Messages format: either an
+Anthropic client's body, forwarded as it is (``cache_control`` and ``thinking`` blocks
+intact), or an OpenAI client's, translated by :mod:`gateway.formats.anthropic_openai`.
+Reference: https://docs.anthropic.com/en/api/versioning, https://docs.anthropic.com/en/api/beta-headers
+"""
+
+from __future__ import annotations
+
+from gateway.config import UpstreamConfig
+from gateway.upstreams.base import RawHeaders
+from gateway.upstreams.openai import OpenAIUpstream
+
+__all__ = ["MESSAGES_PATH", "AnthropicUpstream"]
+
+#: The Messages endpoint, relative to ``base_url`` (which has no ``/v1``).
+MESSAGES_PATH = "/v1/messages"
+
+
+class AnthropicUpstream(OpenAIUpstream):
+    api = "anthropic"
+
+    def __init__(self, name: str, config: UpstreamConfig):
+        super().__init__(name, config)
+        self._headers.pop("authorization", None)
+        key = config.api_key
+        if key:
+            self._headers["x-api-key"] = key
+        self._version = config.anthropic_version
+        self._beta = ",".join(config.beta)
+
+    def _merge(self, client: RawHeaders, request_id: str) -> dict[str, str]:
+        out = super()._merge(client, request_id)
+        out.setdefault("anthropic-version", self._version)
+        if self._beta:
+            theirs = out.get("anthropic-beta")
+            out["anthropic-beta"] = f"{self._beta},{theirs}" if theirs else self._beta
+        return out
