@@ -17,6 +17,8 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
 ``x-fake-set-cookie``       send this Set-Cookie header with a completion
 ``x-fake-finish``           finish_reason of the answer (default "stop")
+``x-fake-tool``             chat: call the request's first function tool with ``{"x": 1}``
+                            instead of answering text (finish_reason "tool_calls")
 =========================  =========================================================
 
 Every request is recorded (:class:`Record`): headers, JSON body, and monotonic times of
@@ -220,6 +222,16 @@ class FakeUpstream:
             first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                           "finish_reason": None}], **usage_extra}
             await send(_event(first))
+        call = _tool_call(data, headers) if chat else None
+        if call is not None:
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            pieces = [{"index": 0, "id": call["id"], "type": "function",
+                       "function": {"name": name, "arguments": arguments[:3]}},
+                      {"index": 0, "function": {"arguments": arguments[3:]}}]
+            for delta in pieces:
+                await send(_event({**base, "choices": [{"index": 0, "delta": {
+                    "tool_calls": [delta]}, "finish_reason": None}], **usage_extra}))
+            n = 0
         for i in range(n):
             if i == die_after:
                 raise ConnectionAbortedError("fake upstream: dying mid-stream on request")
@@ -237,8 +249,8 @@ class FakeUpstream:
             rec.chunks_sent += 1
             if self.record_requests:
                 self._touch()  # a test may be waiting for the count (wait_for)
-        final: dict[str, Any] = {"index": 0,
-                                 "finish_reason": headers.get("x-fake-finish", "stop")}
+        final: dict[str, Any] = {"index": 0, "finish_reason": "tool_calls" if call else
+                                 headers.get("x-fake-finish", "stop")}
         final["delta" if chat else "text"] = {} if chat else ""
         await send(_event({**base, "choices": [final], **usage_extra}))
         if want_usage and headers.get("x-fake-usage") != "0":
@@ -291,7 +303,14 @@ def _completion(data: Any, headers: dict[str, str], chat: bool) -> dict[str, Any
     text = " ".join(f"w{i}" for i in range(n))
     model = data.get("model", "fake-model") if isinstance(data, dict) else "fake-model"
     out: dict[str, Any] = {"id": "chatcmpl-fake", "created": 1_700_000_000, "model": model}
-    if chat:
+    call = _tool_call(data, headers) if chat else None
+    if call is not None:
+        out["object"] = "chat.completion"
+        out["choices"] = [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
+                           "message": {"role": "assistant", "content": None,
+                                       "tool_calls": [call]}}]
+        n = 1
+    elif chat:
         out["object"] = "chat.completion"
         out["choices"] = [{"index": 0, "finish_reason": headers.get("x-fake-finish", "stop"),
                            "logprobs": None, "message": {"role": "assistant", "content": text}}]
@@ -301,6 +320,17 @@ def _completion(data: Any, headers: dict[str, str], chat: bool) -> dict[str, Any
     if headers.get("x-fake-usage") != "0":
         out["usage"] = _usage(data, n)
     return out
+
+
+def _tool_call(data: Any, headers: dict[str, str]) -> dict[str, Any] | None:
+    """With ``x-fake-tool``: a call of the request's first function tool, else None."""
+    if not headers.get("x-fake-tool") or not isinstance(data, dict):
+        return None
+    for tool in data.get("tools") or ():
+        if isinstance(tool, dict) and tool.get("type") == "function":
+            return {"id": "call_fake0", "type": "function", "function": {
+                "name": tool["function"]["name"], "arguments": '{"x": 1}'}}
+    return None
 
 
 def _embeddings(data: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 import torch
@@ -77,10 +78,21 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
             {"role": "user", "content": "hello"}], max_tokens=5, temperature=0, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == r.choices[0].message.content
+        # An Anthropic client reaches the engine too (translated both ways), streamed or not.
+        claude = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+        m = claude.messages.create(model="tiny", max_tokens=5, extra_body={"temperature": 0},
+                                   messages=[{"role": "user", "content": "hello"}])
+        assert m.content[0].text == r.choices[0].message.content
+        assert m.stop_reason in ("max_tokens", "end_turn") and m.usage.output_tokens <= 5
+        with claude.messages.stream(model="tiny", max_tokens=5, extra_body={"temperature": 0},
+                                    messages=[{"role": "user", "content": "hello"}]) as events:
+            assert "".join(events.text_stream) == m.content[0].text
+            assert events.get_final_message().usage.output_tokens == m.usage.output_tokens
         process = upstream._process
         assert process is not None and process.returncode is None
         assert upstream.ready
         client.close()
+        claude.close()
     assert process.returncode is not None  # stopped with the gateway
 
 
