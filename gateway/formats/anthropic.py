@@ -34,8 +34,9 @@ from llm_wire.sse import json_event
 
 __all__ = [
     "AnswerCollector", "StreamObserver", "answer_from_message", "chat_view", "error_body",
-    "error_event", "error_status", "error_type", "finish_reason_of", "message_body",
-    "message_events", "parse_request", "stop_reason_of", "usage_from_openai", "usage_to_openai",
+    "error_event", "error_status", "error_type", "error_type_of", "finish_reason_of",
+    "message_body", "message_events", "parse_request", "stop_reason_of", "usage_from_openai",
+    "usage_to_openai",
 ]
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -348,6 +349,16 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                 504: "timeout_error", 529: "overloaded_error"}
 
 
+def error_type_of(status: int) -> str:
+    """Anthropic's ``error.type`` for an HTTP status: 400 invalid_request_error, 401
+    authentication_error, 402 billing_error, 403 permission_error, 404 not_found_error, 413
+    request_too_large, 429 rate_limit_error, 503/529 overloaded_error, 504 timeout_error,
+    other 5xx api_error, other 4xx invalid_request_error.
+    Source: https://docs.anthropic.com/en/api/errors"""
+    return _ERROR_TYPES.get(status) or ("api_error" if status >= 500
+                                        else "invalid_request_error")
+
+
 def error_status(exc: GatewayError) -> int:
     """The HTTP status on the Anthropic surface: a shed (:class:`Overloaded`) or
     :class:`NoUpstreamAvailable` 503 becomes 529, as Anthropic reports overload; a
@@ -359,14 +370,9 @@ def error_status(exc: GatewayError) -> int:
 
 
 def error_type(exc: GatewayError) -> str:
-    """Anthropic's ``error.type`` for ``exc``, by its status on this surface: 400
-    invalid_request_error, 401 authentication_error, 403 permission_error, 404
-    not_found_error, 413 request_too_large, 429 rate_limit_error, 503/529
-    overloaded_error, 504 timeout_error, other 5xx api_error, other 4xx
-    invalid_request_error. Source: https://docs.anthropic.com/en/api/errors"""
-    status = error_status(exc)
-    return _ERROR_TYPES.get(status) or ("api_error" if status >= 500
-                                        else "invalid_request_error")
+    """Anthropic's ``error.type`` for ``exc``: :func:`error_type_of` its
+    :func:`error_status` on this surface."""
+    return error_type_of(error_status(exc))
 
 
 def _error(exc: GatewayError) -> dict[str, Any]:

@@ -20,14 +20,15 @@ import orjson
 
 from gateway.errors import UpstreamError
 from gateway.formats.anthropic import (
+    error_type_of,
     finish_reason_of,
     stop_reason_of,
     usage_from_openai,
     usage_to_openai,
 )
 
-__all__ = ["anthropic_error", "anthropic_error_type", "anthropic_response", "openai_error",
-           "openai_response", "tool_use_id"]
+__all__ = ["anthropic_error", "anthropic_response", "openai_error", "openai_response",
+           "tool_use_id"]
 
 _BAD_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -125,20 +126,6 @@ def openai_response(body: bytes, model: str | None = None) -> bytes:
 
 # -- errors ----------------------------------------------------------------------------------
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                402: "billing_error", 403: "permission_error", 404: "not_found_error",
-                413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
-                503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
-
-
-def anthropic_error_type(status: int) -> str:
-    """The Anthropic error ``type`` for an HTTP status, as Anthropic uses them
-    (https://docs.anthropic.com/en/api/errors): other 4xx are ``invalid_request_error``,
-    other 5xx ``api_error``."""
-    return _ERROR_TYPES.get(status) or ("api_error" if status >= 500
-                                        else "invalid_request_error")
-
-
 def _error_message(body: bytes) -> str | None:
     """The message of an OpenAI error body (or of the shapes vLLM and FastAPI answer with)."""
     try:
@@ -165,7 +152,7 @@ def anthropic_error(status: int, body: bytes) -> tuple[int, bytes]:
     if status == 503:
         status = 529
     return status, orjson.dumps({"type": "error", "error": {
-        "type": anthropic_error_type(status), "message": message}})
+        "type": error_type_of(status), "message": message}})
 
 
 #: Anthropic error type -> OpenAI (type, code).
@@ -191,7 +178,7 @@ def openai_error(status: int, body: bytes) -> bytes:
     ``billing_error`` -> ``insufficient_quota``...). A body that is not an Anthropic error
     gets ``"upstream error (HTTP <status>)"`` and the type Anthropic gives that status. The
     status is the caller's to keep (Anthropic's 529 is a 5xx the openai SDK retries)."""
-    kind, message = anthropic_error_type(status), f"upstream error (HTTP {status})"
+    kind, message = error_type_of(status), f"upstream error (HTTP {status})"
     try:
         error = orjson.loads(body).get("error")
     except (orjson.JSONDecodeError, AttributeError):

@@ -31,6 +31,7 @@ from gateway.formats.anthropic import (
     usage_from_openai,
     usage_to_openai,
 )
+from gateway.formats.anthropic_openai_answers import tool_use_id
 from llm_wire.errors import error_body
 from llm_wire.sse import DONE, Event, EventReader, data_event, json_event
 
@@ -222,7 +223,9 @@ class AnthropicStreamFromOpenAI(_Translator):
     - ``content`` -> a text block (``content_block_start`` with ``{"type": "text",
       "text": ""}`` on its first piece), then ``text_delta`` events;
     - each new ``tool_calls`` index -> the open block closed, a ``tool_use`` block started
-      (``id``, ``name``, ``input: {}``); argument pieces -> ``input_json_delta``;
+      (``id`` made safe for Anthropic by
+      :func:`~gateway.formats.anthropic_openai_answers.tool_use_id`, as in a whole answer;
+      ``name``, ``input: {}``); argument pieces -> ``input_json_delta``;
     - ``finish_reason`` and the usage chunk are remembered (usage through
       :func:`~gateway.formats.anthropic.usage_from_openai`);
     - ``[DONE]`` -> the open block's ``content_block_stop``, ``message_delta`` (``stop_reason``
@@ -311,8 +314,7 @@ class AnthropicStreamFromOpenAI(_Translator):
         out = b""
         block = self._tools.get(key)
         if block is None:
-            out = self._open_block({"type": "tool_use",
-                                    "id": call.get("id") or "toolu_" + uuid.uuid4().hex,
+            out = self._open_block({"type": "tool_use", "id": tool_use_id(call.get("id")),
                                     "name": function.get("name") or "", "input": {}})
             block = self._tools[key] = self._next - 1
         args = function.get("arguments")

@@ -21,6 +21,16 @@ from anthropic._constants import ANTHROPIC_API_VERSION
 from gateway.requestlog import FIELDS
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.server import ServerThread
+from tests.conftest import DEFAULT_POLICY
+from tests.gateway.cache.test_cache_gateway import CACHE_POLICY, MEMORY, bag_of_words
+from tests.gateway.routing.test_routing import (
+    EASY,
+    HARD,
+    MODELS,
+    constant_embed,
+    routing_policy,
+    tiny_artifact,
+)
 
 KEY_ENV = "GATEWAY_TEST_ANTHROPIC_KEY"
 UPSTREAM_KEY = "sk-ant-upstream"
@@ -201,11 +211,11 @@ def test_errors_are_anthropic_errors_on_v1_messages(gw, claude):
 
 
 def test_an_upstream_error_midway_ends_the_stream_with_an_error_event(gw, claude):
-    with aclient(gw) as c, pytest.raises(anthropic.APIStatusError) as err:
-        with c.messages.stream(model="claude", max_tokens=32, messages=HELLO,
-                               extra_headers={"x-fake-error-midway": "3"}) as stream:
-            for _ in stream.text_stream:
-                pass
+    with aclient(gw) as c, pytest.raises(anthropic.APIStatusError) as err, \
+            c.messages.stream(model="claude", max_tokens=32, messages=HELLO,
+                              extra_headers={"x-fake-error-midway": "3"}) as stream:
+        for _ in stream.text_stream:
+            pass
     assert "Overloaded" in str(err.value)
     [rec] = gw.logged()
     assert rec["error_type"] is not None
@@ -225,6 +235,29 @@ def test_errors_are_openai_errors_when_an_openai_client_calls_claude(gw, claude)
                                       extra_headers={"x-fake-status": "529",
                                                      "x-fake-retry-after": "60"})
         assert overloaded.value.status_code == 503
+
+
+def test_an_openai_client_streaming_from_claude_gets_an_error_event_when_it_breaks(gw, claude):
+    midway = {"x-fake-error-midway": "3"}
+    with oclient(gw) as c:
+        stream = c.chat.completions.create(model="claude", messages=HELLO, stream=True,
+                                           extra_headers=midway)
+        text = []
+        with pytest.raises(openai.APIError) as err:
+            for chunk in stream:
+                text.extend(ch.delta.content or "" for ch in chunk.choices)
+        with c.chat.completions.with_streaming_response.create(
+                model="claude", messages=HELLO, stream=True, extra_headers=midway) as raw:
+            events = [line for line in raw.iter_lines() if line]
+    assert "".join(text) == "tok0 tok1 tok2"  # what came before the break, then the error
+    assert "Overloaded" in err.value.message
+    assert raw.status_code == 200
+    last = orjson.loads(events[-1].removeprefix("data: "))
+    assert last["error"]["type"] == "overloaded_error"
+    assert "data: [DONE]" not in events  # a broken stream never looks finished
+    recs = gw.logged(2)
+    assert [r["error_type"] for r in recs] == ["upstream_error"] * 2
+    assert [r["api"] for r in recs] == ["openai"] * 2
 
 
 def test_unsupported_features_are_refused_by_name(gw, claude, fake):
@@ -358,30 +391,121 @@ def test_a_cache_hit_is_served_in_the_callers_format(make, claude):
     assert [r["cache"] for r in recs] == ["miss", "hit", "hit"]
 
 
-def test_client_disconnect_cancels_the_anthropic_upstream(gw, claude):
+@pytest.mark.parametrize(("model", "upstream"), [("claude", "claude"), ("fake-model", "fake")],
+                         ids=["native", "translated"])
+def test_client_disconnect_cancels_the_upstream(gw, request, model, upstream):
+    upstream = request.getfixturevalue(upstream)
+
     async def go() -> None:
-        async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k", max_retries=0) as c:
-            async with c.messages.stream(model="claude", max_tokens=64, messages=HELLO,
-                                         extra_headers={"x-fake-tokens": "500",
-                                                        "x-fake-itl-ms": "20"}) as stream:
-                async for _ in stream.text_stream:
-                    break
+        async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k",
+                                            max_retries=0) as c, \
+                c.messages.stream(model=model, max_tokens=64, messages=HELLO,
+                                  extra_headers={"x-fake-tokens": "500",
+                                                 "x-fake-itl-ms": "20"}) as stream:
+            async for _ in stream.text_stream:
+                break
     asyncio.run(go())
-    claude.wait_for(lambda recs: recs and recs[0].disconnected is not None)
+    upstream.wait_for(lambda recs: recs and recs[0].disconnected is not None)
     [rec] = gw.logged()
     assert rec["cancelled"] is True and rec["api"] == "anthropic"
 
 
-def test_client_disconnect_cancels_a_translated_upstream(gw, fake):
-    async def go() -> None:
+#: One request at a time per upstream, none waiting: a second one is shed.
+ONE_SLOT = "\n[admission]\nmax_concurrency = 1\nmax_queue = 0\n"
+
+
+async def _hold_the_slot(gw, claude, text: str = "hold the only slot"):
+    """A request that holds the Claude upstream's only slot until released (cancelled: the
+    fake stops waiting when its client leaves); returns once the fake has it."""
+    client = httpx.AsyncClient(timeout=30)
+    task = asyncio.create_task(client.post(
+        gw.url + "/v1/messages", headers={"x-fake-ttft-ms": "30000"},
+        json={"model": "claude", "max_tokens": 32,
+              "messages": [{"role": "user", "content": text}]}))
+    await asyncio.to_thread(claude.wait_for, lambda recs: any(
+        r.json["messages"][0]["content"] == text for r in recs))
+
+    async def release() -> None:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await client.aclose()
+    return release
+
+
+async def test_a_shed_request_is_a_529_overloaded_error_for_the_anthropic_sdk(make, claude):
+    gw = make(policy=DEFAULT_POLICY + ONE_SLOT)
+    release = await _hold_the_slot(gw, claude)
+    try:
         async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k", max_retries=0) as c:
-            async with c.messages.stream(model="fake-model", max_tokens=64, messages=HELLO,
-                                         extra_headers={"x-fake-tokens": "500",
-                                                        "x-fake-itl-ms": "20"}) as stream:
-                async for _ in stream.text_stream:
-                    break
-    asyncio.run(go())
-    fake.wait_for(lambda recs: recs and recs[0].disconnected is not None)
+            with pytest.raises(anthropic.OverloadedError) as err:
+                await c.messages.create(model="claude", max_tokens=32, messages=HELLO)
+    finally:
+        await release()
+    assert err.value.status_code == 529
+    assert err.value.body["error"]["type"] == "overloaded_error"
+    headers = err.value.response.headers
+    assert headers["x-gateway-degraded"] == "queue_full" and int(headers["retry-after"]) >= 1
+    assert len(claude.records) == 1  # the shed request never reached the upstream
+    shed = [r for r in gw.logged(2) if r["shed"]]
+    assert [(r["api"], r["status"], r["shed"]) for r in shed] == [
+        ("anthropic", 529, "queue_full")]
+
+
+async def test_a_shed_request_is_served_a_relaxed_cache_hit_as_an_anthropic_message(
+        make, claude):
+    policy = CACHE_POLICY + ONE_SLOT + '[degraded]\nactions = ["cache", "reject"]\n'
+    gw = make(MEMORY, policy=policy, embed=bag_of_words)
+    ask = {"model": "claude", "max_tokens": 32}
+    async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k", max_retries=0) as c:
+        first = await c.messages.create(**ask, messages=[
+            {"role": "user", "content": "what is the capital city of france"}])
+        await asyncio.to_thread(gw.run, gw.gateway.cache.drain())
+        release = await _hold_the_slot(gw, claude)
+        try:
+            near = [{"role": "user", "content": "capital of france"}]  # relaxed hit only
+            raw = await c.messages.with_raw_response.create(**ask, messages=near)
+            async with c.messages.stream(**ask, messages=near) as stream:
+                streamed = await stream.get_final_message()
+            with pytest.raises(anthropic.OverloadedError) as err:
+                await c.messages.create(**ask, messages=[
+                    {"role": "user", "content": "something else entirely"}])
+        finally:
+            await release()
+    hit = await raw.parse()
+    assert raw.headers["x-cache"] == "hit"
+    assert raw.headers["x-gateway-degraded"] == "cache:queue_full"
+    assert hit.type == "message" and hit.content[0].text == first.content[0].text == TEXT
+    assert streamed.content[0].text == TEXT and streamed.stop_reason == "end_turn"
+    assert err.value.response.headers["x-gateway-degraded"] == "queue_full"
+    assert len(claude.records) == 2  # the first request and the one holding the slot
+    shed = sorted(r["shed"] for r in gw.logged(5) if r["shed"])
+    assert shed == ["cache:queue_full", "cache:queue_full", "queue_full"]
+
+
+def test_a_router_alias_serves_an_anthropic_client_from_either_tier(make, claude, fake,
+                                                                  tmp_path):
+    artifact = tiny_artifact(tmp_path / "tiny.npz")
+    gw = make(MODELS, policy=routing_policy(artifact, tiers='small = ["small-model"]\n'
+                                                           'large = ["claude"]'),
+              embed=constant_embed)
+    with aclient(gw) as c:
+        hard = c.messages.with_raw_response.create(
+            model="auto", max_tokens=32, messages=[{"role": "user", "content": HARD}])
+        easy = c.messages.with_raw_response.create(
+            model="auto", max_tokens=32, messages=[{"role": "user", "content": EASY}])
+    assert hard.headers["x-route-tier"] == "large"
+    native = hard.parse()  # Claude, untranslated
+    assert native.model == "claude-upstream" and native.content[0].text == TEXT
+    assert easy.headers["x-route-tier"] == "small"
+    translated = easy.parse()  # the OpenAI-compatible small model, answered as a message
+    assert translated.model == "small-upstream" and translated.content[0].text == OPENAI_TEXT
+    assert translated.stop_reason == "end_turn" and translated.usage.output_tokens == 8
+    assert [r.json["model"] for r in claude.records] == ["claude-upstream"]
+    assert [r.path for r in fake.records] == ["/v1/chat/completions"]
+    recs = gw.logged(2)
+    assert [(r["api"], r["router"], r["route_tier"]) for r in recs] == [
+        ("anthropic", "auto", "large"), ("anthropic", "auto", "small")]
 
 
 # -- count_tokens and models ----------------------------------------------------------------

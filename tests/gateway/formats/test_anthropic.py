@@ -40,6 +40,7 @@ from gateway.formats.anthropic import (
     error_event,
     error_status,
     error_type,
+    error_type_of,
     message_body,
     message_events,
     parse_request,
@@ -228,6 +229,17 @@ def test_errors_take_anthropics_status_type_and_shape(error, status, kind, sdk_e
         c.messages.create(model="claude-x", max_tokens=64, messages=HI)
     assert caught.value.status_code == status
     assert caught.value.body == expected
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (400, "invalid_request_error"), (401, "authentication_error"), (402, "billing_error"),
+    (403, "permission_error"), (404, "not_found_error"), (413, "request_too_large"),
+    (422, "invalid_request_error"), (429, "rate_limit_error"), (500, "api_error"),
+    (502, "api_error"), (503, "overloaded_error"), (504, "timeout_error"),
+    (529, "overloaded_error"),
+])
+def test_error_type_of_a_status_is_anthropics(status, kind):
+    assert error_type_of(status) == kind
 
 
 def test_an_error_message_that_does_not_name_its_param_gets_it():

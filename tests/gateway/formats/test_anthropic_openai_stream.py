@@ -15,6 +15,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from openai.lib.streaming.chat import ChatCompletionStream
 from openai.types.chat import ChatCompletionChunk, ParsedChatCompletion
 
+from gateway.formats.anthropic_openai_answers import anthropic_response
 from gateway.formats.anthropic_openai_stream import (
     AnthropicStreamFromOpenAI,
     OpenAIStreamFromAnthropic,
@@ -120,6 +121,10 @@ O_PARALLEL = (ROLE + call(0, "call_a", "get_weather") + call(0, args='{"city":')
               + chunk({}, "tool_calls") + usage(50, 30) + DONE)
 O_TEXT_TOOL = (ROLE + chunk({"content": "Let me look."}) + call(0, "call_c", "search")
                + call(0, args='{"q":"sse"}') + chunk({}, "tool_calls") + usage(9, 4) + DONE)
+# Ids as some servers (Kimi, some vLLM parsers) write them; Anthropic accepts [a-zA-Z0-9_-].
+O_ODD_IDS = (ROLE + call(0, "functions.get_weather:0", "get_weather", '{"city":"Paris"}')
+             + call(1, "call b/1", "get_time", '{"tz":"CET"}') + chunk({}, "tool_calls")
+             + usage(50, 30) + DONE)
 
 
 def cut_by(error: bytes) -> bytes:
@@ -245,7 +250,9 @@ def test_an_invalid_anthropic_stream_is_an_error(stream):
                   ("tool_use", "call_b", "get_time", {"tz": "CET"})], "tool_use", (50, 30, 0)),
     (O_TEXT_TOOL, [("text", "Let me look."), ("tool_use", "call_c", "search", {"q": "sse"})],
      "tool_use", (9, 4, 0)),
-], ids=["text-with-cache", "parallel-tools", "text-then-tool"])
+    (O_ODD_IDS, [("tool_use", "functions_get_weather_0", "get_weather", {"city": "Paris"}),
+                 ("tool_use", "call_b_1", "get_time", {"tz": "CET"})], "tool_use", (50, 30, 0)),
+], ids=["text-with-cache", "parallel-tools", "text-then-tool", "ids-made-safe"])
 def test_anthropic_sdk_accumulates_the_translated_stream(stream, blocks, reason, use):
     t = AnthropicStreamFromOpenAI()
     out = run(t, stream)
@@ -257,6 +264,22 @@ def test_anthropic_sdk_accumulates_the_translated_stream(stream, blocks, reason,
     assert message.stop_reason == reason
     assert (message.usage.input_tokens, message.usage.output_tokens,
             message.usage.cache_read_input_tokens) == use
+
+
+def test_streamed_tool_use_ids_are_the_whole_answers():
+    completion = {"id": "chatcmpl-9f2c4e", "object": "chat.completion", "created": 1730000000,
+                  "model": "llama-3.1-8b", "choices": [{
+                      "index": 0, "finish_reason": "tool_calls", "message": {
+                          "role": "assistant", "content": None, "tool_calls": [
+                              {"id": "functions.get_weather:0", "type": "function",
+                               "function": {"name": "get_weather",
+                                            "arguments": '{"city":"Paris"}'}},
+                              {"id": "call b/1", "type": "function", "function": {
+                                  "name": "get_time", "arguments": '{"tz":"CET"}'}}]}}]}
+    whole = Message.model_validate_json(anthropic_response(json.dumps(completion).encode()))
+    streamed = anthropic_final(run(AnthropicStreamFromOpenAI(), O_ODD_IDS))
+    assert [b.id for b in streamed.content] == [b.id for b in whole.content] == [
+        "functions_get_weather_0", "call_b_1"]
 
 
 def test_anthropic_events_come_in_anthropics_order_each_named():
