@@ -11,13 +11,26 @@ For each of non-streaming and streaming at concurrency 1 and 32 it prints, for t
 the gateway, latency p50/p99 (ms), the latency added over direct, added TTFT (streaming:
 time to the first event) and throughput over direct (pooled and per round).
 
-Then the acceptance checks of issue 12, each with its numbers and a boolean:
+The same again for Anthropic's Messages API (``--apis``): the fake Anthropic upstream
+(``gateway.testing.fake_anthropic``), a second floor in front of it, and the same gateway's
+``/v1/messages`` to a ``type = "anthropic"`` upstream (native: nothing translated).
+
+Then the acceptance checks of issue 12 (Chat Completions), each with its numbers and a
+boolean:
 
 - c=1, unary and stream: gateway added p50 - floor added p50 <= 0.1 ms;
 - c=32, unary and stream: (gateway/direct throughput) >= 0.9 x (floor/direct throughput);
-- c=32, unary and stream: gateway added p99 <= 1.5 x floor added p99 + 2 ms.
+- c=32, unary and stream: gateway added p99 <= 1.5 x floor added p99 + 2 ms;
+
+and of issue 13: ``/v1/messages`` adds no more than ``/v1/chat/completions``, each measured
+over its own floor (so the fakes' own costs cancel):
+
+- c=1, unary and stream: its excess over the floor (added p50) <= chat's excess + 0.1 ms;
+- c=32, unary and stream: its throughput over the floor >= 0.95 x chat's (the 5% is this
+  VM's run-to-run noise on a ratio of ratios).
 
     python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--rounds 6]
+                             [--apis openai anthropic]
 
 Prints a JSON document (``results`` per measurement, ``acceptance`` per check), then one
 summary line starting ``overhead:``.
@@ -37,12 +50,37 @@ from typing import Any
 import aiohttp
 import orjson
 import uvloop
-from processes import free_port, start_fake, start_floor, start_gateway, stop, wait_ready
+from processes import (
+    free_port,
+    start_fake,
+    start_fake_anthropic,
+    start_floor,
+    start_gateway,
+    stop,
+    wait_ready,
+)
 
-BODY = {"model": "bench-model", "messages": [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": "Summarise the plot of Hamlet in two sentences."}],
-    "max_tokens": 64}
+SYSTEM = "You are a helpful assistant."
+QUESTION = "Summarise the plot of Hamlet in two sentences."
+BODIES = {
+    "openai": {"model": "bench-model", "messages": [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+        "max_tokens": 64},
+    "anthropic": {"model": "bench-claude", "max_tokens": 64, "system": SYSTEM,
+                  "messages": [{"role": "user", "content": QUESTION}]},
+}
+PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+#: Results are named f"{PREFIX[api]}{mode}_c{concurrency}".
+PREFIX = {"openai": "", "anthropic": "messages_"}
+#: The gateway's config for the Anthropic side (the key is only checked for presence).
+ANTHROPIC_CONFIG = """
+[upstreams.claude]
+type = "anthropic"
+base_url = "http://127.0.0.1:{port}"
+api_key_env = "BENCH_ANTHROPIC_KEY"
+[models."bench-claude"]
+targets = [{{ upstream = "claude", model = "claude-bench" }}]
+"""
 TARGETS = ("direct", "floor", "gateway")
 PROXIES = ("floor", "gateway")
 
@@ -81,8 +119,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def run_load(session: aiohttp.ClientSession, url: str, stream: bool, concurrency: int,
-                   requests: int, headers: dict[str, str]) -> Load:
-    body = orjson.dumps({**BODY, "stream": stream})
+                   requests: int, headers: dict[str, str], api: str = "openai") -> Load:
+    body = orjson.dumps({**BODIES[api], "stream": stream})
     hdrs = {"content-type": "application/json", **headers}
     load = Load()
     remaining = requests
@@ -131,10 +169,10 @@ def over_direct(proxy: Load, direct: Load, rounds: list[dict[str, Load]],
 
 async def measure(session: aiohttp.ClientSession, urls: dict[str, str], stream: bool,
                   conc: int, requests: int, rounds: int,
-                  headers: dict[str, str]) -> dict[str, Any]:
+                  headers: dict[str, str], api: str = "openai") -> dict[str, Any]:
     # warm every path (connections, code caches) before measuring
     for url in urls.values():
-        await run_load(session, url, stream, conc, max(50, conc * 4), headers)
+        await run_load(session, url, stream, conc, max(50, conc * 4), headers, api)
     pooled = {t: Load() for t in TARGETS}
     per_round: list[dict[str, Load]] = []
     for r in range(rounds):
@@ -143,7 +181,7 @@ async def measure(session: aiohttp.ClientSession, urls: dict[str, str], stream: 
         runs = {}
         for t in order:
             runs[t] = await run_load(session, urls[t], stream, conc, requests // rounds,
-                                     headers)
+                                     headers, api)
             pooled[t].add(runs[t])
         per_round.append(runs)
     row: dict[str, Any] = {"direct": pooled["direct"].summary()}
@@ -176,6 +214,22 @@ def acceptance(results: dict[str, Any]) -> dict[str, Any]:
             checks[f"{mode}_c32_added_p99"] = {
                 "gateway_added_p99_ms": g, "floor_added_p99_ms": f,
                 "limit_ms": limit, "holds": g <= limit}
+    for mode in ("unary", "stream"):
+        chat, messages = results.get(f"{mode}_c1"), results.get(f"messages_{mode}_c1")
+        if chat and messages:
+            c, m = (round(r["gateway"]["added_p50_ms"] - r["floor"]["added_p50_ms"], 3)
+                    for r in (chat, messages))
+            checks[f"messages_{mode}_c1_excess_vs_chat"] = {
+                "messages_excess_ms": m, "chat_excess_ms": c, "max_ms": round(c + 0.1, 3),
+                "holds": m <= c + 0.1}
+    for mode in ("unary", "stream"):
+        chat, messages = results.get(f"{mode}_c32"), results.get(f"messages_{mode}_c32")
+        if chat and messages:
+            c, m = (round(r["gateway"]["throughput_ratio"] / r["floor"]["throughput_ratio"], 3)
+                    for r in (chat, messages))
+            checks[f"messages_{mode}_c32_throughput_vs_chat"] = {
+                "messages_over_floor": m, "chat_over_floor": c,
+                "min_over_floor": round(0.95 * c, 3), "holds": m >= 0.95 * c}
     checks["all_hold"] = all(c["holds"] for c in checks.values())
     return checks
 
@@ -198,6 +252,14 @@ def summary_line(results: dict[str, Any], checks: dict[str, Any]) -> str:
         if c := checks.get(f"{mode}_c32_added_p99"):
             parts.append(f"c32 {mode} added p99 gateway {c['gateway_added_p99_ms']} vs floor "
                          f"{c['floor_added_p99_ms']} ms (<= {c['limit_ms']}: {yn(c)})")
+    for mode in ("unary", "stream"):
+        if c := checks.get(f"messages_{mode}_c1_excess_vs_chat"):
+            parts.append(f"c1 {mode} /v1/messages excess over floor {c['messages_excess_ms']} "
+                         f"vs chat {c['chat_excess_ms']} ms (<= {c['max_ms']}: {yn(c)})")
+    for mode in ("unary", "stream"):
+        if c := checks.get(f"messages_{mode}_c32_throughput_vs_chat"):
+            parts.append(f"c32 {mode} /v1/messages throughput/floor {c['messages_over_floor']} "
+                         f"vs chat {c['chat_over_floor']} (>= {c['min_over_floor']}: {yn(c)})")
     errors = {t: sum(r[t]["errors"] for r in results.values()) for t in PROXIES}
     if any(errors.values()):
         parts.append(f"errors gateway {errors['gateway']} floor {errors['floor']}")
@@ -205,22 +267,43 @@ def summary_line(results: dict[str, Any], checks: dict[str, Any]) -> str:
     return "overhead: " + "; ".join(parts)
 
 
-async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, urls: dict[str, dict[str, str]]
+                ) -> dict[str, Any]:
     headers = {"x-fake-tokens": str(args.tokens)}
     if args.ttft_ms:
         headers["x-fake-ttft-ms"] = str(args.ttft_ms)
     if args.itl_ms:
         headers["x-fake-itl-ms"] = str(args.itl_ms)
+    api_headers = {"openai": headers, "anthropic": {
+        **headers, "x-api-key": "bench", "anthropic-version": "2023-06-01"}}
     results: dict[str, Any] = {}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        for stream in (False, True):
-            for conc in args.concurrency:
-                n = args.requests if conc == 1 else args.requests * 2
-                name = f"{'stream' if stream else 'unary'}_c{conc}"
-                results[name] = await measure(session, urls, stream, conc, n, args.rounds,
-                                              headers)
+        for api in args.apis:
+            for stream in (False, True):
+                for conc in args.concurrency:
+                    n = args.requests if conc == 1 else args.requests * 2
+                    name = f"{PREFIX[api]}{'stream' if stream else 'unary'}_c{conc}"
+                    results[name] = await measure(session, urls[api], stream, conc, n,
+                                                  args.rounds, api_headers[api], api)
     return results
+
+
+async def wait_ready_post(url: str, timeout: float = 30.0) -> None:
+    """Poll the Messages endpoint ``url`` (a POST) until it answers; RuntimeError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline:
+            try:
+                async with s.post(url, json=BODIES["anthropic"], headers={
+                        "x-api-key": "bench", "anthropic-version": "2023-06-01"}) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
 
 
 def main() -> int:
@@ -233,21 +316,31 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per response")
     parser.add_argument("--ttft-ms", type=float, default=0)
     parser.add_argument("--itl-ms", type=float, default=0)
+    parser.add_argument("--apis", nargs="+", choices=("openai", "anthropic"),
+                        default=["openai", "anthropic"])
     args = parser.parse_args()
     fake_port, floor_port, gw_port = free_port(), free_port(), free_port()
+    anth_port, anth_floor_port = free_port(), free_port()
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
             procs.append(start_fake(fake_port))
             procs.append(start_floor(floor_port, fake_port))
-            procs.append(start_gateway(gw_port, fake_port, Path(tmp), 'version = "bench"\n'))
-            urls = {t: f"http://127.0.0.1:{port}/v1/chat/completions"
-                    for t, port in zip(TARGETS, (fake_port, floor_port, gw_port))}
+            procs.append(start_fake_anthropic(anth_port))
+            procs.append(start_floor(anth_floor_port, anth_port))
+            os.environ["BENCH_ANTHROPIC_KEY"] = "bench"
+            procs.append(start_gateway(gw_port, fake_port, Path(tmp), 'version = "bench"\n',
+                                       config_extra=ANTHROPIC_CONFIG.format(port=anth_port)))
+            ports = {"openai": (fake_port, floor_port, gw_port),
+                     "anthropic": (anth_port, anth_floor_port, gw_port)}
+            urls = {api: {t: f"http://127.0.0.1:{port}{PATHS[api]}"
+                          for t, port in zip(TARGETS, ports[api])} for api in PATHS}
 
             async def go() -> dict[str, Any]:
                 await wait_ready(f"http://127.0.0.1:{fake_port}/v1/models")
                 await wait_ready(f"http://127.0.0.1:{floor_port}/v1/models")
                 await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
+                await wait_ready_post(urls["anthropic"]["floor"])
                 return await bench(args, urls)
 
             results = uvloop.run(go())

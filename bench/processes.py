@@ -16,7 +16,8 @@ import aiohttp
 
 from gateway.testing.server import free_port
 
-__all__ = ["free_port", "start_fake", "start_floor", "start_gateway", "stop", "wait_ready"]
+__all__ = ["free_port", "start_fake", "start_fake_anthropic", "start_floor", "start_gateway",
+           "stop", "wait_ready"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +26,15 @@ def start_fake(port: int, capacity: int = 0) -> subprocess.Popen[bytes]:
     """The fake OpenAI upstream (no request recording); ``capacity`` > 0 bounds its slots."""
     code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
             f"uvicorn.run(FakeUpstream(record_requests=False, capacity={capacity}), "
+            f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
+            "access_log=False, log_level='error', server_header=False, backlog=4096)")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+
+
+def start_fake_anthropic(port: int) -> subprocess.Popen[bytes]:
+    """The fake Anthropic Messages upstream (no request recording, any key)."""
+    code = ("import uvicorn; from gateway.testing.fake_anthropic import FakeAnthropic; "
+            "uvicorn.run(FakeAnthropic(record_requests=False), "
             f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
             "access_log=False, log_level='error', server_header=False, backlog=4096)")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)

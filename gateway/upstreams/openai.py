@@ -93,10 +93,12 @@ class OpenAIUpstream(Upstream):
             sock_read=config.read_timeout_ms / 1000,
         )
         self._session: aiohttp.ClientSession | None = None
+        # Read once, like the key itself (asked on every request: no environment lookup).
+        self._enabled = config.enabled
 
     @property
     def enabled(self) -> bool:
-        return self.config.enabled
+        return self._enabled
 
     def _get_session(self) -> aiohttp.ClientSession:
         # Created lazily: a ClientSession must be made inside the running event loop.
