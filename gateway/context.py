@@ -82,6 +82,11 @@ class RequestContext:
     #: Set by a stage that will try another target when this one cannot be admitted (the
     #: route stage's tier fallback): degraded-mode actions wait until none is left.
     fallbacks_left: int = 0
+    #: Set by a stage that reshapes what each upstream is sent (the prompt_cache stage):
+    #: called per attempt with the body in the upstream's format (already translated, its
+    #: ``model`` the target's) and that format's name ("openai" | "anthropic"); returns the
+    #: body to send. None: the client's bytes go as they came (when nothing translates).
+    shape_body: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
     #: Set by a stage that can answer an overloaded request at a lower standard (the cache's
     #: relaxed semantic hit): called with the degraded label, returns a reply or None.
     degraded_answer: Callable[[str], Awaitable[Reply | None]] | None = None

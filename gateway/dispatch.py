@@ -313,14 +313,22 @@ class Dispatch:
         asked, raw = body["model"], ctx.raw
         max_tokens = ctx.policy.translation.default_max_tokens
 
+        shape = ctx.shape_body
+
         def build(target: Target) -> UpstreamRequest:
-            crossing = bridge(api, upstreams[target.upstream].api, kind)
+            up_api = upstreams[target.upstream].api
+            crossing = bridge(api, up_api, kind)
             if crossing is not None:
-                payload = orjson.dumps(crossing.request(ctx.body, target.model, max_tokens))
+                out = crossing.request(ctx.body, target.model, max_tokens)
+                payload = orjson.dumps(out if shape is None else shape(out, up_api))
                 return UpstreamRequest("POST", crossing.path, payload, forwarded, ctx.stream,
                                        rec.request_id)
-            payload = raw if target.model == asked and not inject else \
-                orjson.dumps({**body, "model": target.model})
+            if shape is not None:
+                payload = orjson.dumps(shape({**body, "model": target.model}, up_api))
+            elif target.model == asked and not inject:
+                payload = raw
+            else:
+                payload = orjson.dumps({**body, "model": target.model})
             return UpstreamRequest("POST", ctx.path, payload, forwarded, ctx.stream,
                                    rec.request_id)
 
