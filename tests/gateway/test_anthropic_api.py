@@ -528,3 +528,16 @@ def test_models_list_in_either_format(gw):
     assert "claude" in names and "fake-model" in names
     with oclient(gw) as o:
         assert "claude" in [m.id for m in o.models.list()]
+
+
+def test_529_and_429_from_anthropic_are_retried(gw, claude):
+    with aclient(gw) as c:
+        m = c.messages.create(model="claude", max_tokens=8, messages=HELLO, extra_headers={
+            "x-fake-fail-times": "2", "x-fake-key": "retry-529"})
+        assert m.content[0].text == TEXT
+        m = c.messages.create(model="claude", max_tokens=8, messages=HELLO, extra_headers={
+            "x-fake-fail-times": "1", "x-fake-status": "429", "x-fake-retry-after": "0",
+            "x-fake-key": "retry-429"})
+        assert m.content[0].text == TEXT
+    assert len(claude.records) == 5
+    assert [r["retries"] for r in gw.logged(2)] == [2, 1]
