@@ -284,7 +284,10 @@ class Dispatcher:
 
 
 class Dispatch:
-    """The terminal step of every pipeline: ``await dispatch(ctx)`` -> Reply.
+    """The terminal step of every pipeline: ``await dispatch(ctx)`` -> Reply, in the client's
+    format. A target whose upstream speaks the other API gets the request translated
+    (:mod:`gateway.formats.bridge`), and its answer, whole or streamed, is translated back;
+    otherwise the client's bytes go as they came (``model`` rewritten when it differs).
 
     Raises ModelNotFound for an unknown ``ctx.target``, Shed when no target could take the
     request, UpstreamError (and subclasses) when every attempt failed without a status,
