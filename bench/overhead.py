@@ -300,23 +300,6 @@ async def bench(args: argparse.Namespace, urls: dict[str, dict[str, str]]
     return results
 
 
-async def wait_ready_post(url: str, timeout: float = 30.0) -> None:
-    """Poll the Messages endpoint ``url`` (a POST) until it answers; RuntimeError after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.post(url, json=BODIES["anthropic"], headers={
-                        "x-api-key": "bench", "anthropic-version": "2023-06-01"}) as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not come up")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000,
@@ -351,7 +334,9 @@ def main() -> int:
                 await wait_ready(f"http://127.0.0.1:{fake_port}/v1/models")
                 await wait_ready(f"http://127.0.0.1:{floor_port}/v1/models")
                 await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
-                await wait_ready_post(urls["anthropic"]["floor"])
+                await wait_ready(urls["anthropic"]["floor"], post=BODIES["anthropic"],
+                                 headers={"x-api-key": "bench",
+                                          "anthropic-version": "2023-06-01"})
                 return await bench(args, urls)
 
             results = uvloop.run(go())

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -81,13 +82,16 @@ def stop(procs: list[subprocess.Popen[bytes]], timeout: float = 10.0) -> None:
             p.wait()
 
 
-async def wait_ready(url: str, timeout: float = 30.0) -> None:
-    """Poll ``url`` until it answers 200; RuntimeError after ``timeout`` seconds."""
+async def wait_ready(url: str, timeout: float = 30.0, post: Any = None,
+                     headers: dict[str, str] | None = None) -> None:
+    """Poll ``url`` (GET, or POST of the JSON ``post``) until it answers 200; RuntimeError
+    after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
             try:
-                async with s.get(url) as r:
+                method = "GET" if post is None else "POST"
+                async with s.request(method, url, json=post, headers=headers) as r:
                     if r.status == 200:
                         return
             except aiohttp.ClientError:

@@ -21,8 +21,9 @@ import orjson
 import structlog
 
 from gateway.endpoint import request_id_of
-from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, NoUpstreamAvailable
+from gateway.errors import GatewayError, NoUpstreamAvailable
 from gateway.formats import anthropic
+from gateway.formats.checks import invalid_type, load_request, missing
 from gateway.http import forward_request_headers, forward_response_headers, read_body, send_bytes
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
@@ -100,17 +101,12 @@ class CountTokens:
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"request body is not valid JSON: {exc.msg}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise InvalidRequest("'model' is required and must be a non-empty string",
-                             param="model")
-    if not isinstance(body.get("messages"), list):
-        raise InvalidRequest("'messages' is required and must be an array", param="messages")
+    body = load_request(raw)
+    messages = body.get("messages")
+    if messages is None:
+        raise missing("messages")
+    if not isinstance(messages, list):
+        raise invalid_type("messages", "an array", messages)
     return body
 
 

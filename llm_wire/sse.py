@@ -12,7 +12,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["DONE", "Event", "EventReader", "data_event", "json_event", "parse_event"]
+__all__ = ["DONE", "Event", "EventReader", "cut_events", "data_event", "json_event",
+           "parse_event"]
 
 #: The OpenAI stream terminator.
 DONE = b"data: [DONE]\n\n"
@@ -32,6 +33,20 @@ def data_event(payload: bytes, name: str | None = None) -> bytes:
 def json_event(obj: Any, name: str | None = None) -> bytes:
     """One event carrying ``obj`` serialised with orjson."""
     return data_event(orjson.dumps(obj), name)
+
+
+def cut_events(buf: bytes) -> tuple[bytes, bytes]:
+    """``buf`` (bytes as they arrived) split into its whole events, still bytes and with LF
+    line ends (CRLF becomes LF), and the unfinished rest: ``(block, rest)``, either may be
+    b"". For relays that forward events without parsing them."""
+    if buf.find(13) >= 0:  # CRLF framing (allowed by the spec; OpenAI and Anthropic send LF)
+        buf = buf.replace(b"\r\n", b"\n")
+    end = buf.rfind(b"\n\n") + 2
+    if end < 2:
+        return b"", buf
+    if end == len(buf):
+        return buf, b""
+    return buf[:end], buf[end:]
 
 
 def parse_event(raw: bytes) -> Event:
@@ -67,31 +82,18 @@ class EventReader:
         self._buf = b""
 
     def feed(self, chunk: bytes) -> list[Event]:
-        buf = self._buf + chunk if self._buf else chunk
-        if buf.find(13) >= 0:
-            buf = buf.replace(b"\r\n", b"\n")
-            if buf.endswith(b"\r"):  # a CR whose LF is in the next chunk
-                buf, self._buf = buf[:-1], b"\r"
-                return self._cut(buf, keep_cr=True)
-        return self._cut(buf)
-
-    def _cut(self, buf: bytes, keep_cr: bool = False) -> list[Event]:
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            self._buf = buf + self._buf if keep_cr else buf
-            return []
-        rest = buf[end + 2:]
-        self._buf = rest + self._buf if keep_cr else rest
-        out = []
-        for raw in buf[:end].split(b"\n\n"):
-            event = parse_event(raw)
-            if event[0] is not None or event[1]:
-                out.append(event)
-        return out
+        block, self._buf = cut_events(self._buf + chunk if self._buf else chunk)
+        return _parse_block(block) if block else []
 
     def flush(self) -> list[Event]:
-        rest, self._buf = self._buf, b""
-        rest = rest.replace(b"\r", b"")
-        if not rest.strip():
-            return []
-        return self._cut(rest + b"\n\n")
+        rest, self._buf = self._buf.replace(b"\r", b""), b""
+        return _parse_block(rest) if rest.strip() else []
+
+
+def _parse_block(block: bytes) -> list[Event]:
+    out = []
+    for raw in block.split(b"\n\n"):
+        event = parse_event(raw)
+        if event[0] is not None or event[1]:
+            out.append(event)
+    return out

@@ -23,13 +23,12 @@ import orjson
 
 from gateway.errors import (
     GatewayError,
-    InvalidJSON,
-    InvalidRequest,
     NoUpstreamAvailable,
     Overloaded,
 )
 from gateway.formats.answer import Answer
 from gateway.formats.anthropic_stream import AnswerCollector, StreamObserver, finish_reason_of
+from gateway.formats.checks import invalid_type, invalid_value, load_request, missing, shown
 from llm_wire.sse import json_event
 
 __all__ = [
@@ -84,19 +83,9 @@ def parse_request(raw: bytes) -> dict[str, Any]:
     ``invalid_type`` or ``invalid_value``). Optional fields set to null are left to the
     upstream. Source: https://docs.anthropic.com/en/api/messages
     """
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"request body is not valid JSON: {exc.msg}") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    model = data.get("model")
-    if model is None:
-        raise _missing("model")
-    if not isinstance(model, str) or not model:
-        raise _type("model", "a non-empty string", model)
+    data = load_request(raw)
     if data.get("max_tokens") is None:
-        raise _missing("max_tokens")
+        raise missing("max_tokens")
     _check_messages(data.get("messages"))
     for name, value in data.items():  # only the fields present, usually a handful
         check = _CHECKS.get(name)
@@ -107,72 +96,72 @@ def parse_request(raw: bytes) -> dict[str, Any]:
 
 def _check_messages(messages: Any) -> None:
     if messages is None:
-        raise _missing("messages")
+        raise missing("messages")
     if not isinstance(messages, list):
-        raise _type("messages", "an array", messages)
+        raise invalid_type("messages", "an array", messages)
     if not messages:
-        raise _value("messages", "'messages' must contain at least one message")
+        raise invalid_value("messages", "'messages' must contain at least one message")
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise _type(where, "an object", message)
+            raise invalid_type(where, "an object", message)
         role = message.get("role")
         if role not in ("user", "assistant"):
             hint = " (a system prompt goes in the top-level 'system')" if role == "system" else ""
-            raise _missing(f"{where}.role") if role is None else _value(
+            raise missing(f"{where}.role") if role is None else invalid_value(
                 f"{where}.role", f"'{where}.role' must be \"user\" or \"assistant\", got "
-                                 f"{_show(role)}{hint}")
+                                 f"{shown(role)}{hint}")
         content = message.get("content")
         if isinstance(content, list):
             for j, block in enumerate(content):
                 if not isinstance(block, dict):
-                    raise _type(f"{where}.content[{j}]", "an object", block)
+                    raise invalid_type(f"{where}.content[{j}]", "an object", block)
                 if not isinstance(block.get("type"), str):
-                    raise _type(f"{where}.content[{j}].type", "a string", block.get("type"))
+                    raise invalid_type(f"{where}.content[{j}].type", "a string", block.get("type"))
         elif not isinstance(content, str):
-            raise _missing(f"{where}.content") if content is None else _type(
+            raise missing(f"{where}.content") if content is None else invalid_type(
                 f"{where}.content", "a string or an array of content blocks", content)
 
 
 def _check_unit(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise _value(name, f"'{name}' must be a number between 0 and 1, got {_show(value)}")
+        raise invalid_value(name, f"'{name}' must be a number between 0 and 1, got {shown(value)}")
 
 
 def _check_int(name: str, value: Any) -> None:
     least = 1 if name == "max_tokens" else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise _value(name, f"'{name}' must be an integer >= {least}, got {_show(value)}")
+        raise invalid_value(name, f"'{name}' must be an integer >= {least}, got {shown(value)}")
 
 
 def _check_kind(kind: type, expected: str) -> Callable[[str, Any], None]:
     def check(name: str, value: Any) -> None:
         if not isinstance(value, kind):
-            raise _type(name, expected, value)
+            raise invalid_type(name, expected, value)
     return check
 
 
 def _check_array(kind: type, expected: str) -> Callable[[str, Any], None]:
     def check(name: str, value: Any) -> None:
         if not isinstance(value, list):
-            raise _type(name, "an array", value)
+            raise invalid_type(name, "an array", value)
         for i, item in enumerate(value):
             if not isinstance(item, kind):
-                raise _type(f"{name}[{i}]", expected, item)
+                raise invalid_type(f"{name}[{i}]", expected, item)
     return check
 
 
 def _check_tool_choice(name: str, value: Any) -> None:
     if not isinstance(value, dict):
-        raise _type(name, "an object", value)
+        raise invalid_type(name, "an object", value)
     kind = value.get("type")
     if kind not in ("auto", "any", "tool", "none"):
-        raise _missing("tool_choice.type") if kind is None else _value(
+        raise missing("tool_choice.type") if kind is None else invalid_value(
             "tool_choice.type", "'tool_choice.type' must be one of \"auto\", \"any\", "
-                                f"\"tool\", \"none\", got {_show(kind)}")
+                                f"\"tool\", \"none\", got {shown(kind)}")
     if kind == "tool" and not isinstance(value.get("name"), str):
         tool = value.get("name")
-        raise _missing("tool_choice.name") if tool is None else _type(
+        raise missing("tool_choice.name") if tool is None else invalid_type(
             "tool_choice.name", "a string", tool)
 
 
@@ -180,15 +169,15 @@ def _check_system(name: str, value: Any) -> None:
     if isinstance(value, str):
         return
     if not isinstance(value, list):
-        raise _type(name, "a string or an array of text blocks", value)
+        raise invalid_type(name, "a string or an array of text blocks", value)
     for i, block in enumerate(value):
         if not isinstance(block, dict):
-            raise _type(f"system[{i}]", "an object", block)
+            raise invalid_type(f"system[{i}]", "an object", block)
         if block.get("type") != "text":
-            raise _value(f"system[{i}].type", f"'system[{i}].type' must be \"text\", "
-                                              f"got {_show(block.get('type'))}")
+            raise invalid_value(f"system[{i}].type", f"'system[{i}].type' must be \"text\", "
+                                              f"got {shown(block.get('type'))}")
         if not isinstance(block.get("text"), str):
-            raise _type(f"system[{i}].text", "a string", block.get("text"))
+            raise invalid_type(f"system[{i}].text", "a string", block.get("text"))
 
 
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
@@ -198,24 +187,6 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "stop_sequences": _check_array(str, "a string"), "tools": _check_array(dict, "an object"),
     "tool_choice": _check_tool_choice, "system": _check_system,
 }
-
-
-def _show(value: Any) -> str:
-    return orjson.dumps(value).decode()[:80] if value is not None else "null"
-
-
-def _missing(param: str) -> InvalidRequest:
-    return InvalidRequest(f"missing required parameter: '{param}'", param=param,
-                          code="missing_required_parameter")
-
-
-def _type(param: str, expected: str, value: Any) -> InvalidRequest:
-    return InvalidRequest(f"'{param}' must be {expected}, got {_show(value)}", param=param,
-                          code="invalid_type")
-
-
-def _value(param: str, message: str) -> InvalidRequest:
-    return InvalidRequest(message, param=param, code="invalid_value")
 
 
 def chat_view(body: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.formats.answer import Answer
-from llm_wire.sse import parse_event
+from llm_wire.sse import cut_events, parse_event
 
 __all__ = ["AnswerCollector", "StreamObserver", "finish_reason_of"]
 
@@ -61,17 +61,9 @@ class StreamObserver:
     def feed(self, chunk: bytes) -> bytes:
         """Take bytes from upstream; return the complete events to forward now (may be b""),
         unchanged but for CRLF line ends, which become LF."""
-        buf = self._buf + chunk if self._buf else chunk
-        if buf.find(13) >= 0:  # CRLF framing (allowed by the SSE spec; Anthropic sends LF)
-            buf = buf.replace(b"\r\n", b"\n")
-        end = buf.rfind(b"\n\n") + 2
-        if end < 2:
-            self._buf = buf
+        block, self._buf = cut_events(self._buf + chunk if self._buf else chunk)
+        if not block:
             return b""
-        if end == len(buf):
-            block, self._buf = buf, b""
-        else:
-            block, self._buf = buf[:end], buf[end:]
         # The bulk is content_block_delta events, never parsed: a block that names neither a
         # message_* event nor an error is forwarded at once. (Text that merely contains those
         # words costs a look at each event's name, still no JSON parse.)

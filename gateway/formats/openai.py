@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.errors import GatewayError, InvalidJSON, InvalidRequest
+from gateway.errors import GatewayError, InvalidRequest
 from gateway.formats.answer import Answer
+from gateway.formats.checks import invalid_type, load_request, missing
 from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = [
@@ -45,34 +46,24 @@ _POSITIVE_INTS = frozenset({"max_tokens", "max_completion_tokens", "n"})
 
 def parse_request(body: bytes, kind: Kind) -> dict[str, Any]:
     """The request as a dict; raises InvalidJSON or InvalidRequest (400) naming the field."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"request body is not valid JSON: {exc.msg}") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    model = data.get("model")
-    if model is None:
-        raise _missing("model")
-    if not isinstance(model, str) or not model:
-        raise _type("model", "a non-empty string", model)
+    data = load_request(body)
     if kind == "chat":
         _check_messages(data.get("messages"))
     elif kind == "completions":
         if "prompt" not in data:
-            raise _missing("prompt")
+            raise missing("prompt")
         if not isinstance(data["prompt"], (str, list)):
-            raise _type("prompt", "a string or an array", data["prompt"])
+            raise invalid_type("prompt", "a string or an array", data["prompt"])
     elif "input" not in data:
-        raise _missing("input")
+        raise missing("input")
     stream = data.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise _type("stream", "a boolean", stream)
+        raise invalid_type("stream", "a boolean", stream)
     if kind == "embeddings" and stream:
         raise InvalidRequest("embeddings cannot be streamed", param="stream")
     options = data.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        raise _type("stream_options", "an object", options)
+        raise invalid_type("stream_options", "an object", options)
     for name, value in data.items():  # only the fields present, usually a handful
         if value is None:
             continue
@@ -89,35 +80,24 @@ def parse_request(body: bytes, kind: Kind) -> dict[str, Any]:
                                      param=name, code="invalid_value")
         elif name == "stop" and not (isinstance(value, str) or (
                 isinstance(value, list) and all(isinstance(s, str) for s in value))):
-            raise _type("stop", "a string or an array of strings", value)
+            raise invalid_type("stop", "a string or an array of strings", value)
     return data
 
 
 def _check_messages(messages: Any) -> None:
     if messages is None:
-        raise _missing("messages")
+        raise missing("messages")
     if not isinstance(messages, list):
-        raise _type("messages", "an array", messages)
+        raise invalid_type("messages", "an array", messages)
     if not messages:
         raise InvalidRequest("'messages' must contain at least one message", param="messages",
                              code="invalid_value")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise _type(f"messages[{i}]", "an object", message)
+            raise invalid_type(f"messages[{i}]", "an object", message)
         if not isinstance(message.get("role"), str):
             raise InvalidRequest(f"'messages[{i}].role' is required and must be a string",
                                  param=f"messages[{i}].role", code="invalid_type")
-
-
-def _missing(param: str) -> InvalidRequest:
-    return InvalidRequest(f"missing required parameter: '{param}'", param=param,
-                          code="missing_required_parameter")
-
-
-def _type(param: str, expected: str, value: Any) -> InvalidRequest:
-    shown = orjson.dumps(value).decode()[:80] if value is not None else "null"
-    return InvalidRequest(f"'{param}' must be {expected}, got {shown}", param=param,
-                          code="invalid_type")
 
 
 # -- answers ---------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from llm_wire.sse import cut_events
+
 __all__ = ["StreamObserver"]
 
 _FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
@@ -36,17 +38,9 @@ class StreamObserver:
 
     def feed(self, chunk: bytes) -> bytes:
         """Take bytes from upstream; return the complete events to forward now (may be b"")."""
-        buf = self._buf + chunk if self._buf else chunk
-        if buf.find(13) >= 0:  # CRLF framing (allowed by the SSE spec; OpenAI sends LF)
-            buf = buf.replace(b"\r\n", b"\n")
-        end = buf.rfind(b"\n\n") + 2
-        if end < 2:
-            self._buf = buf
+        block, self._buf = cut_events(self._buf + chunk if self._buf else chunk)
+        if not block:
             return b""
-        if end == len(buf):
-            block, self._buf = buf, b""
-        else:
-            block, self._buf = buf[:end], buf[end:]
         # The common block holds only content chunks, one line each plus the blank line, each
         # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
         # and nothing else is scanned. Anything else (a finish, usage, an error, [DONE], a
