@@ -194,8 +194,8 @@ class _Sending:
                     tap(out)
             rec.finish_reason = observer.finish_reason
             rec.take_usage(observer.usage)
-            if observer.errored and rec.error_type is None:
-                rec.error_type = "upstream_error"
+            if observer.errored and rec.error_type is None:  # the upstream's error event
+                rec.error_type = observer.error_type or "upstream_error"
             if out:
                 rec.mark_first_event()
             await send({"type": "http.response.body", "body": out, "more_body": False})

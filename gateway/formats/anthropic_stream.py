@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.formats.answer import Answer
+from gateway.formats.openai_stream import error_type_in
 from llm_wire.sse import cut_events, parse_event
 
 __all__ = ["AnswerCollector", "StreamObserver", "finish_reason_of"]
@@ -49,12 +50,13 @@ class StreamObserver:
     event to hide, and both formats' observers are built the same way.
     """
 
-    __slots__ = ("_buf", "done", "errored", "finish_reason", "usage")
+    __slots__ = ("_buf", "done", "error_type", "errored", "finish_reason", "usage")
 
     def __init__(self, hide_usage_chunk: bool = False) -> None:
         self._buf = b""
         self.done = False
         self.errored = False
+        self.error_type: str | None = None  # the error event's error.type
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
@@ -92,6 +94,7 @@ class StreamObserver:
                 self.done = True
             elif name == "error":
                 self.errored = True
+                self.error_type = error_type_in(data)
             elif name == "message_start" or name == "message_delta":
                 self._note(name, data)
 

@@ -32,6 +32,7 @@ class Observer(Protocol):
 
     done: bool
     errored: bool
+    error_type: str | None
     finish_reason: str | None
     usage: dict[str, Any] | None
 

@@ -16,7 +16,7 @@ import orjson
 
 from llm_wire.sse import cut_events
 
-__all__ = ["StreamObserver"]
+__all__ = ["StreamObserver", "error_type_in"]
 
 _FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
 _DONE = b"data: [DONE]"
@@ -24,15 +24,18 @@ _DONE = b"data: [DONE]"
 
 class StreamObserver:
     """Cuts an upstream's bytes into whole events and notes ``done`` (``[DONE]`` seen),
-    ``errored`` (an error event seen), ``finish_reason`` and ``usage``."""
+    ``errored`` (an error event seen) and its ``error_type``, ``finish_reason`` and
+    ``usage``."""
 
-    __slots__ = ("_buf", "_hide_usage", "done", "errored", "finish_reason", "usage")
+    __slots__ = ("_buf", "_hide_usage", "done", "error_type", "errored", "finish_reason",
+                 "usage")
 
     def __init__(self, hide_usage_chunk: bool = False):
         self._buf = b""
         self._hide_usage = hide_usage_chunk
         self.done = False
         self.errored = False
+        self.error_type: str | None = None
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
@@ -61,8 +64,11 @@ class StreamObserver:
             m = _FINISH.search(block)
             if m:
                 self.finish_reason = m.group(1).decode()
-        if b'data: {"error"' in block:
+        at = block.find(b'data: {"error"')
+        if at >= 0:
             self.errored = True
+            end = block.find(b"\n", at)
+            self.error_type = error_type_in(block[at + 6:end if end >= 0 else len(block)])
         if b'"usage":{' in block or b'"usage": {' in block:
             return self._take_usage(block)
         return block
@@ -88,3 +94,15 @@ class StreamObserver:
             if self._hide_usage and obj.get("choices") == []:
                 return block[:start] + block[end + 2:]
         return block
+
+
+def error_type_in(data: bytes) -> str | None:
+    """``error.type`` of an error event's data (OpenAI's ``{"error": {...}}`` or Anthropic's
+    ``{"type": "error", "error": {...}}``), or None."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
