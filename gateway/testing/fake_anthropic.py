@@ -269,8 +269,8 @@ def count_tokens(data: Any) -> int:
     return sum(map(count_tokens, data)) if isinstance(data, list) else 0
 
 
-def _answer(data: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-    """The whole ``message`` the headers ask for; streaming sends it in pieces."""
+def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) -> dict[str, Any]:
+    """The whole ``message`` the headers ask for; ``cache``: simulated usage fields or None."""
     wanted = int(headers.get("x-fake-tokens", 8))
     n = min(wanted, data["max_tokens"])
     content: list[dict[str, Any]] = []
@@ -287,7 +287,7 @@ def _answer(data: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         "max_tokens" if n < wanted else "tool_use" if tool else "end_turn")
     read, write = (int(headers.get(f"x-fake-cache-{k}", 0)) for k in ("read", "write"))
     usage = {"input_tokens": max(count_tokens(data) - read - write, 0),
-             "cache_creation_input_tokens": write, "cache_read_input_tokens": read,
+             "cache_creation_input_tokens": write, "cache_read_input_tokens": read, **(cache or {}),
              "output_tokens": n + thinking + (1 if tool else 0)}  # words, and 1 per tool call
     return {"id": f"msg_fake{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant",
             "model": data["model"], "content": content, "stop_reason": stop,
@@ -329,10 +329,9 @@ def _sse(event: str, obj: dict[str, Any], more: bool = True) -> Message:
 
 @dataclass
 class FakeAnthropic(FakeUpstream):
-    """The ASGI app. ``api_key``: the only key accepted (401 otherwise); None: any key.
-
-    Its plumbing (recording, disconnect watching, ``capacity``) is :class:`FakeUpstream`'s, so
-    both fakes share :class:`Record`, ``records``, ``wait_for`` and ``clear``."""
+    """The ASGI app. ``api_key``: the only key accepted (401 otherwise); None: any key. Its
+    plumbing (recording, disconnect watching, ``capacity``, ``simulate_cache``) is that of
+    :class:`FakeUpstream`: both share :class:`Record`, ``records``, ``wait_for``, ``clear``."""
 
     api_key: str | None = None
 
@@ -359,7 +358,8 @@ class FakeAnthropic(FakeUpstream):
             if route == "count":
                 await _send_json(send, 200, {"input_tokens": count_tokens(data)}, rec, ids)
                 return
-            message = _answer(data, headers)
+            cache = self.simulate_cache and self._sims.anthropic(data, headers)
+            message = _answer(data, headers, cache)
         except ApiError as exc:
             extra = [(b"retry-after", exc.retry_after.encode())] if exc.retry_after else []
             await _send_json(send, exc.status, exc.body(request_id), rec, ids + extra)

@@ -19,7 +19,13 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-finish``           finish_reason of the answer (default "stop")
 ``x-fake-tool``             chat: call the request's first function tool with ``{"x": 1}``
                             instead of answering text (finish_reason "tool_calls")
+``x-fake-cache-scope``      with ``simulate_cache``: which simulated cache (default "")
+``x-fake-clock``            with ``simulate_cache``: the simulated time (s) of the request
 =========================  =========================================================
+
+``FakeUpstream(simulate_cache=True)``: chat usage reports ``prompt_tokens`` and
+``prompt_tokens_details.cached_tokens`` from a simulation of OpenAI's automatic prompt caching
+(:mod:`gateway.testing.cache_sim`) instead of a word count and 0.
 
 Every request is recorded (:class:`Record`): headers, JSON body, and monotonic times of
 arrival, first byte, completion and client disconnect, so tests can await "the upstream saw
@@ -38,6 +44,7 @@ from typing import Any
 
 import orjson
 
+from gateway.testing.cache_sim import CacheSims, PromptUsage
 from gateway.types import Receive, Scope, Send
 
 __all__ = ["FakeUpstream", "Record"]
@@ -69,7 +76,10 @@ class FakeUpstream:
     #: Requests served at once; more wait for a slot (like a saturated model server).
     #: 0: unlimited.
     capacity: int = 0
+    #: Usage from simulated provider prompt caches (module docstring); off: fixed counts.
+    simulate_cache: bool = False
     records: list[Record] = field(default_factory=list)
+    _sims: CacheSims = field(default_factory=CacheSims)
     _slots: asyncio.Semaphore | None = None
     _fail_counts: Counter[str] = field(default_factory=Counter)
     _cond: threading.Condition = field(default_factory=threading.Condition)
@@ -180,12 +190,14 @@ class FakeUpstream:
             return
         if path.endswith(("/chat/completions", "/completions")):
             chat = path.endswith("/chat/completions")
+            sim = self._sims.openai(data, headers) if (
+                self.simulate_cache and chat and isinstance(data, dict)) else None
             if isinstance(data, dict) and data.get("stream"):
-                await self._stream(data, headers, chat, rec, disconnected, send)
+                await self._stream(data, headers, chat, rec, disconnected, send, sim)
             else:
                 cookie = headers.get("x-fake-set-cookie")
                 cookies = [(b"set-cookie", cookie.encode())] if cookie else None
-                await _send_json(send, 200, _completion(data, headers, chat), rec, cookies)
+                await _send_json(send, 200, _completion(data, headers, chat, sim), rec, cookies)
         elif path.endswith("/embeddings"):
             await _send_json(send, 200, _embeddings(data), rec)
         elif path.endswith("/models"):
@@ -206,6 +218,7 @@ class FakeUpstream:
         rec: Record,
         disconnected: asyncio.Event,
         send: Send,
+        sim: PromptUsage | None = None,
     ) -> None:
         itl = float(headers.get("x-fake-itl-ms", 0)) / 1000
         n = int(headers.get("x-fake-tokens", 8))
@@ -254,7 +267,7 @@ class FakeUpstream:
         final["delta" if chat else "text"] = {} if chat else ""
         await send(_event({**base, "choices": [final], **usage_extra}))
         if want_usage and headers.get("x-fake-usage") != "0":
-            usage = _usage(data, n)
+            usage = _usage(data, n, sim)
             await send(_event({**base, "choices": [], "usage": usage}))
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
@@ -291,14 +304,15 @@ def _prompt_tokens(data: Any) -> int:
     return len(str(data.get("prompt", "")).split())
 
 
-def _usage(data: Any, completion: int) -> dict[str, Any]:
-    prompt = _prompt_tokens(data)
+def _usage(data: Any, completion: int, sim: PromptUsage | None = None) -> dict[str, Any]:
+    prompt, cached = (sim.prompt_tokens, sim.cached_tokens) if sim else (_prompt_tokens(data), 0)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
-def _completion(data: Any, headers: dict[str, str], chat: bool) -> dict[str, Any]:
+def _completion(data: Any, headers: dict[str, str], chat: bool,
+                sim: PromptUsage | None = None) -> dict[str, Any]:
     n = int(headers.get("x-fake-tokens", 8))
     text = " ".join(f"w{i}" for i in range(n))
     model = data.get("model", "fake-model") if isinstance(data, dict) else "fake-model"
@@ -318,7 +332,7 @@ def _completion(data: Any, headers: dict[str, str], chat: bool) -> dict[str, Any
         out["object"] = "text_completion"
         out["choices"] = [{"index": 0, "finish_reason": "stop", "logprobs": None, "text": text}]
     if headers.get("x-fake-usage") != "0":
-        out["usage"] = _usage(data, n)
+        out["usage"] = _usage(data, n, sim)
     return out
 
 
