@@ -6,8 +6,9 @@
     gateway replay FILE [--base-url URL] [--concurrency N] ...
     gateway cache calibrate|eval|purge|train ...
     gateway route eval|train ...
+    gateway prompt-cache report LOG [--json] ...
 
-The last three are offline tools (:mod:`gateway.tools`): only the one a command line names is
+The last four are offline tools (:mod:`gateway.tools`): only the one a command line names is
 imported, so ``gateway serve`` never loads them.
 """
 
@@ -91,6 +92,8 @@ _TOOLS = {
                "replay JSONL conversations and report TTFT/TPOT/latency"),
     "cache": ("gateway.tools.cache_cli", "calibrate, evaluate or purge the semantic cache"),
     "route": ("gateway.tools.route_cli", "audit or retrain the difficulty router"),
+    "prompt-cache": ("gateway.tools.prompt_cache_report",
+                     "report the providers' prompt-cache reads, writes and savings from a log"),
 }
 
 
