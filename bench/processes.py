@@ -23,19 +23,23 @@ __all__ = ["free_port", "start_fake", "start_fake_anthropic", "start_floor", "st
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_fake(port: int, capacity: int = 0) -> subprocess.Popen[bytes]:
-    """The fake OpenAI upstream (no request recording); ``capacity`` > 0 bounds its slots."""
+def start_fake(port: int, capacity: int = 0,
+               simulate_cache: bool = False) -> subprocess.Popen[bytes]:
+    """The fake OpenAI upstream (no request recording); ``capacity`` > 0 bounds its slots;
+    ``simulate_cache``: usage from a simulated prompt cache (gateway.testing.cache_sim)."""
     code = ("import uvicorn; from gateway.testing.fake_upstream import FakeUpstream; "
-            f"uvicorn.run(FakeUpstream(record_requests=False, capacity={capacity}), "
+            f"uvicorn.run(FakeUpstream(record_requests=False, capacity={capacity}, "
+            f"simulate_cache={simulate_cache}), "
             f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
             "access_log=False, log_level='error', server_header=False, backlog=4096)")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
 
 
-def start_fake_anthropic(port: int) -> subprocess.Popen[bytes]:
-    """The fake Anthropic Messages upstream (no request recording, any key)."""
+def start_fake_anthropic(port: int, simulate_cache: bool = False) -> subprocess.Popen[bytes]:
+    """The fake Anthropic Messages upstream (no request recording, any key);
+    ``simulate_cache``: usage from a simulated prompt cache (gateway.testing.cache_sim)."""
     code = ("import uvicorn; from gateway.testing.fake_anthropic import FakeAnthropic; "
-            "uvicorn.run(FakeAnthropic(record_requests=False), "
+            f"uvicorn.run(FakeAnthropic(record_requests=False, simulate_cache={simulate_cache}), "
             f"host='127.0.0.1', port={port}, loop='uvloop', http='httptools', "
             "access_log=False, log_level='error', server_header=False, backlog=4096)")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
@@ -49,14 +53,19 @@ def start_floor(port: int, upstream_port: int) -> subprocess.Popen[bytes]:
 
 
 def start_gateway(port: int, fake_port: int, workdir: Path, policy: str = "",
-                  upstream_extra: str = "", config_extra: str = "") -> subprocess.Popen[bytes]:
+                  upstream_extra: str = "", config_extra: str = "",
+                  log: Path | None = None) -> subprocess.Popen[bytes]:
     """``gateway serve`` with model ``bench-model`` on the fake upstream (request log on, to
-    /dev/null), the given policy text and extra config sections."""
-    (workdir / "policy.toml").write_text(policy)
-    (workdir / "gateway.toml").write_text(f"""
+    ``log``, else /dev/null), the given policy text and extra config sections. Its files are
+    ``workdir``'s gateway.toml and policy.toml (``log`` set: named after the log instead)."""
+    stem = f"{log.stem}." if log is not None else ""
+    policy_path = workdir / f"{stem}policy.toml"
+    config_path = workdir / f"{stem}gateway.toml"
+    policy_path.write_text(policy)
+    config_path.write_text(f"""
 [server]
 port = {port}
-policy = "policy.toml"
+policy = "{policy_path.name}"
 [upstreams.fake]
 type = "openai"
 base_url = "http://127.0.0.1:{fake_port}/v1"
@@ -65,9 +74,11 @@ base_url = "http://127.0.0.1:{fake_port}/v1"
 targets = [{{ upstream = "fake", model = "fake-model" }}]
 {config_extra}
 """)
-    return subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(workdir / "gateway.toml")],
-        cwd=ROOT, stdout=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config_path)]
+    if log is None:
+        return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(command, cwd=ROOT, stdout=out)
 
 
 def stop(procs: list[subprocess.Popen[bytes]], timeout: float = 10.0) -> None:
