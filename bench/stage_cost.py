@@ -1,12 +1,19 @@
-"""What the prompt_cache stage itself costs per request: from the gateways' request logs,
-``overhead_ms`` (total minus upstream time) of the same requests with the stage and without
-it, on prompts of a given size (tokens, as the upstream counted them)."""
+"""What the prompt_cache stage itself costs per request, two ways:
+
+- :func:`overhead_by_cell`: from the gateways' request logs, ``overhead_ms`` (total minus
+  upstream time) of the same requests with the stage and without it, on prompts of a given
+  size (tokens, as the upstream counted them): the whole gateway, noise included;
+- :func:`shape_timing`: the stage's own work, timed in-process on the same bodies.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-__all__ = ["overhead_by_cell", "pct"]
+import orjson
+
+__all__ = ["overhead_by_cell", "pct", "shape_timing"]
 
 
 def pct(values: list[float], p: float) -> float:
@@ -42,4 +49,41 @@ def overhead_by_cell(by_cell: dict[str, list[dict[str, Any]]], low: int, high: i
         row["added_p50_ms"] = round(row["stage_p50_ms"] - row["none_p50_ms"], 3)
         row["added_p99_ms"] = round(row["stage_p99_ms"] - row["none_p99_ms"], 3)
         out[api_variant] = row
+    return out
+
+
+def shape_timing(bodies: dict[str, list[dict[str, Any]]], sized: list[bool],
+                 rounds: int = 3) -> dict[str, Any] | None:
+    """The stage's own work per request, in-process: reading the client's body, shaping it
+    for the upstream and remembering what it asked to cache (``Shaping``, then its call,
+    then ``commit``), under the default policy, for each API's ``bodies`` in order (the
+    client's and the upstream's API alike), ``rounds`` times over with one memory. p50/p99
+    (ms) over the requests that ``sized`` marks. None while the stage does not exist."""
+    try:
+        from gateway.policy import PromptCachePolicy
+        from gateway.prompt_cache.memory import PromptMemory
+        from gateway.prompt_cache.shape import Shaping
+        from gateway.requestlog import RequestRecord
+        from gateway.stages.prompt_cache import settings
+    except ImportError:
+        return None
+    config = settings(PromptCachePolicy())
+    out: dict[str, Any] = {}
+    for api, items in bodies.items():
+        memory = PromptMemory()
+        copies = [orjson.dumps(body) for body in items]
+        samples: list[float] = []
+        for _ in range(rounds):
+            for raw, keep in zip(copies, sized, strict=True):
+                client, upstream = orjson.loads(raw), orjson.loads(raw)
+                record = RequestRecord("bench", "/v1/chat/completions")
+                started = time.perf_counter()
+                shaping = Shaping(config, memory, record, None, client["model"], client, api)
+                shaping(upstream, api)
+                shaping.commit()
+                if keep:
+                    samples.append((time.perf_counter() - started) * 1000)
+        if samples:
+            out[api] = {"requests": len(samples), "p50_ms": round(pct(samples, 50), 3),
+                        "p99_ms": round(pct(samples, 99), 3)}
     return out
