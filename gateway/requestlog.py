@@ -22,6 +22,12 @@ prompt_tokens, completion_tokens, cached_tokens   from the upstream's usage (pro
                    counts all input, cached prompt tokens included, whatever the API)
 cache_read_tokens  prompt tokens read from the provider's prompt cache (= cached_tokens)
 cache_write_tokens prompt tokens written to it (Anthropic reports them; OpenAI does not: null)
+prompt_cache_breakpoints
+                   cache markers the ``prompt_cache`` stage added (Anthropic upstreams; 0
+                   for others); null when the stage is off
+prompt_cache_moved volatile spans the stage moved to the end of the request, counted by
+                   kind, e.g. ``{"timestamp": 1, "uuid": 1}`` (never their text); null
+                   when the stage is off
 finish_reason      from the last choice, in OpenAI's terms (Anthropic's ``stop_reason``
                    mapped: end_turn -> stop, max_tokens -> length, tool_use -> tool_calls)
 retries            attempts beyond the first, across fallback targets
@@ -75,7 +81,7 @@ FIELDS = (
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
-    "cache_write_tokens",
+    "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved",
 )
 
 
@@ -114,6 +120,8 @@ class RequestRecord:
     cached_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    prompt_cache_breakpoints: int | None = None
+    prompt_cache_moved: dict[str, int] | None = None
     api: str = "openai"
     finish_reason: str | None = None
     error_type: str | None = None
