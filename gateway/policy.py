@@ -1,16 +1,17 @@
 """Policy: what the gateway does to each request, reloaded live from TOML.
 
 The policy file holds the knobs operators tune while traffic flows: the pipeline's stages
-and their order, and each stage's settings (cache, routing, admission, degraded mode),
-retries and streaming. :class:`PolicyStore` watches the file, parses and validates an edit
-on a worker thread, and swaps the new :class:`Policy` in on the event loop, atomically; an
-invalid edit is rejected and logged, and the old policy keeps serving.
+and their order, and each stage's settings (cache, routing, prompt cache, admission,
+degraded mode), retries and streaming. :class:`PolicyStore` watches the file, parses and
+validates an edit on a worker thread, and swaps the new :class:`Policy` in on the event
+loop, atomically; an invalid edit is rejected and logged, and the old policy keeps serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
     "CachePolicy", "DegradedPolicy", "OperatingPoint", "PipelinePolicy", "Policy", "PolicyStore",
-    "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "TranslationPolicy",
+    "PromptCachePolicy", "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "TranslationPolicy",
     "load_policy",
 ]
 
@@ -197,12 +198,65 @@ class RoutingPolicy:
         return None
 
 
+#: Minimum cacheable prompt (tokens) by model-name prefix, the longest matching prefix wins;
+#: others: ``default_min_tokens``. Source: Anthropic's prompt caching doc (1024 for Sonnet
+#: 4 / 4.5 and Opus 4 / 4.1, 4096 for Opus 4.5 / 4.6 and Haiku 4.5, 2048 for Haiku 3 / 3.5;
+#: Sonnet 4.6 is documented at 1024 but observed to cache from 2048 only).
+MIN_TOKENS = {
+    "claude-opus-4-5": 4096, "claude-opus-4-6": 4096, "claude-haiku-4-5": 4096,
+    "claude-sonnet-4-6": 2048, "claude-3-5-haiku": 2048, "claude-3-haiku": 2048,
+}
+
+
+@dataclass(frozen=True)
+class PromptCachePolicy:
+    """The ``prompt_cache`` stage: provider prompt caches hit more often (see
+    gateway.prompt_cache). Sources: https://docs.anthropic.com/en/docs/build-with-claude/
+    prompt-caching, https://platform.openai.com/docs/guides/prompt-caching."""
+
+    enabled: bool = True
+    #: Tools sorted by name, their keys (JSON schemas included) sorted.
+    sort_tools: bool = True
+    #: Volatile spans of the system prompt and tool descriptions (dates, times, ids,
+    #: counters, ``patterns``) moved to the end of the request.
+    relocate_volatile: bool = True
+    #: Also move lines seen to change between recent requests of the same key and model.
+    detect_changes: bool = True
+    #: More regexes (Python syntax) whose matches are volatile (kind ``custom``).
+    patterns: tuple[str, ...] = ()
+    #: Anthropic upstreams: add cache_control markers (at most 4 in all, the client's kept).
+    breakpoints: bool = True
+    #: TTL of the markers added: "5m", "1h", or "auto" (1h for a prefix seen again after
+    #: 5 to 60 minutes).
+    ttl: Literal["5m", "1h", "auto"] = "5m"
+    #: Model-name prefix -> minimum cacheable prompt (tokens); no marker on a shorter prefix.
+    min_tokens: dict[str, int] = field(default_factory=lambda: dict(MIN_TOKENS))
+    default_min_tokens: int = bounded(1024, ge=0)
+    #: Anthropic reads a cached prefix at most ~20 blocks before a marker: past this many
+    #: blocks since the last cached one, a marker is added on it.
+    lookback_blocks: int = bounded(18, ge=1, le=20)
+    #: OpenAI-compatible upstreams: set ``prompt_cache_key`` (the key and the static prefix's
+    #: hash) unless the client set one.
+    openai_cache_key: bool = True
+
+    def __post_init__(self) -> None:
+        for i, pattern in enumerate(self.patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"patterns[{i}]: invalid regular expression {pattern!r}: "
+                                 f"{exc}") from exc
+        for prefix, tokens in self.min_tokens.items():
+            if tokens < 0:
+                raise ValueError(f"min_tokens.{prefix}: must be >= 0, got {tokens}")
+
+
 @dataclass(frozen=True)
 class PipelinePolicy:
     """The stages every model request goes through, in order (see gateway.pipeline); the
     terminal step (dispatch to the upstreams) always comes last."""
 
-    stages: tuple[str, ...] = ("cache", "route", "admission")
+    stages: tuple[str, ...] = ("cache", "route", "prompt_cache", "admission")
 
     def __post_init__(self) -> None:
         from gateway.pipeline import check_stages  # stages import this module
@@ -221,6 +275,7 @@ class Policy:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     degraded: DegradedPolicy = field(default_factory=DegradedPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
+    prompt_cache: PromptCachePolicy = field(default_factory=PromptCachePolicy)
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     version: str = "default"
 

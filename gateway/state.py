@@ -27,6 +27,7 @@ from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
 from gateway.policy import Policy, PolicyStore
+from gateway.prompt_cache.memory import PromptMemory
 from gateway.requestlog import RequestIds, RequestLogger
 from gateway.routing.routers import Routers
 from gateway.upstreams.base import Upstream
@@ -126,6 +127,8 @@ class Gateway:
         self.cache = build_cache(config.cache, embed) if config.cache.enabled else None
         if self.cache is not None:
             self.metrics.watch_cache(self.cache)
+        #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
+        self.prompt_memory = PromptMemory()
         self._terminal = Dispatch(self.dispatcher, self.models)
         self.runtime = Runtime(policy, Pipeline(policy, self, self._terminal))
         self._load_embedder = load_embedder

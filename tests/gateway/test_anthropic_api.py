@@ -99,7 +99,10 @@ def oclient(gw) -> openai.OpenAI:
 
 # -- anthropic client -> Anthropic upstream: native, nothing translated ---------------------
 
-def test_native_request_goes_through_intact_and_the_answer_back(gw, claude):
+def test_native_request_goes_through_intact_and_the_answer_back(make, claude):
+    # With the prompt_cache stage off (it reorders and marks: tests/gateway/
+    # test_prompt_cache_stage.py), the native request goes through byte for byte.
+    gw = make(policy=DEFAULT_POLICY + "\n[prompt_cache]\nenabled = false\n")
     body = {
         "model": "claude", "max_tokens": 64,
         "system": [{"type": "text", "text": "You are terse.",

@@ -79,7 +79,7 @@ def artifact(tmp_path: Path) -> Path:
 # --- which stages run, in which order --------------------------------------------------------
 
 @pytest.mark.parametrize(("stages", "x_cache", "upstream_calls"), [
-    (None, ["miss", "hit"], 1),  # the default pipeline: cache, route, admission
+    (None, ["miss", "hit"], 1),  # the default pipeline: cache, route, prompt_cache, admission
     (NO_CACHE, [None, None], 2),
 ])
 def test_the_cache_answers_only_when_the_pipeline_names_it(
@@ -153,7 +153,8 @@ def test_admission_limits_apply_only_when_the_pipeline_names_it(
 # --- bad pipeline lists ----------------------------------------------------------------------
 
 BAD = pytest.mark.parametrize(("stages", "message"), [
-    ('["cache", "x"]', "stages[1]: unknown stage 'x'; known stages: admission, cache, route"),
+    ('["cache", "x"]', "stages[1]: unknown stage 'x'; known stages: admission, cache, "
+                       "prompt_cache, route"),
     ('["cache", "route", "cache"]', "stages[2]: 'cache' is listed twice"),
     ('["admission", "route"]', "stages[0]: 'admission' must come after 'route'"),
     ('"cache"', "pipeline.stages: expected a list"),

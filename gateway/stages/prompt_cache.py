@@ -1,0 +1,78 @@
+"""Stage ``prompt_cache``: what each upstream is sent hits the provider's prompt cache more
+often, and means the same.
+
+Chat requests only, from either API. The stage reads the request once (its static
+prefix's volatile spans, and which lines changed since the same key's recent requests for
+the same model) and sets ``ctx.shape_body``: dispatch calls it for each attempt with the
+body in the upstream's format, after any translation, and sends what it returns. What it
+does there, as the policy's ``[prompt_cache]`` enables it: tools in a stable order with
+sorted keys, volatile text moved to the very end of the request with a note saying where it
+came from, Anthropic ``cache_control`` markers placed (at most 4 with the client's, a rolling
+one on the conversation's tail), and OpenAI's ``prompt_cache_key`` set
+(:mod:`gateway.prompt_cache.shape`). With the stage off (not in the pipeline, or
+``enabled = false``), ``shape_body`` stays unset and the client's bytes are forwarded as
+they came.
+
+Once the upstream accepted the request, the prefixes it was asked to cache are remembered
+(per gateway key, fingerprints only) for the next request's lookback and TTL. The memory
+belongs to the gateway, so a policy reload keeps it.
+Sources: https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching,
+https://platform.openai.com/docs/guides/prompt-caching.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.context import Reply, RequestContext
+from gateway.pipeline import Next
+from gateway.policy import PromptCachePolicy
+from gateway.prompt_cache.memory import PromptMemory
+from gateway.prompt_cache.shape import Settings, Shaping
+from gateway.prompt_cache.volatile import Detector
+
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+    from gateway.state import Gateway
+
+__all__ = ["PromptCacheStage", "build", "settings"]
+
+
+def build(gateway: Gateway, policy: Policy) -> PromptCacheStage | None:
+    """None when the policy turns the stage off."""
+    if not policy.prompt_cache.enabled:
+        return None
+    return PromptCacheStage(settings(policy.prompt_cache), gateway.prompt_memory)
+
+
+def settings(policy: PromptCachePolicy) -> Settings:
+    """The policy section ready to use (its patterns compiled, once per policy load)."""
+    return Settings(
+        detector=Detector(policy.patterns) if policy.relocate_volatile else None,
+        detect_changes=policy.detect_changes, sort_tools=policy.sort_tools,
+        breakpoints=policy.breakpoints, openai_cache_key=policy.openai_cache_key,
+        ttl=policy.ttl, min_tokens=policy.min_tokens,
+        default_min_tokens=policy.default_min_tokens, lookback_blocks=policy.lookback_blocks)
+
+
+class PromptCacheStage:
+    def __init__(self, settings: Settings, memory: PromptMemory) -> None:
+        self.settings = settings
+        self.memory = memory
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
+        if ctx.kind != "chat":
+            return await call_next(ctx)
+        shaping = Shaping(self.settings, self.memory, ctx.record, ctx.key_id, ctx.model,
+                          ctx.body, ctx.api.name)
+        before = ctx.shape_body
+        if before is None:
+            ctx.shape_body = shaping
+        else:  # another stage shapes too: its output is shaped here
+            def both(body: dict[str, Any], api: str) -> dict[str, Any]:
+                return shaping(before(body, api), api)
+            ctx.shape_body = both
+        reply = await call_next(ctx)
+        if reply.status == 200:
+            shaping.commit()
+        return reply
