@@ -13,6 +13,11 @@ one on the conversation's tail), and OpenAI's ``prompt_cache_key`` set
 ``enabled = false``), ``shape_body`` stays unset and the client's bytes are forwarded as
 they came.
 
+A request too short to be cached anywhere (under the policy's smallest minimum cacheable
+length, ``min_tokens`` and ``default_min_tokens``, as estimated from its size: 1,024 tokens
+by default, OpenAI's minimum and Anthropic's smallest) is left alone: there is nothing to
+gain, so it pays nothing.
+
 Once the upstream accepted the request, the prefixes it was asked to cache are remembered
 (per gateway key, fingerprints only) for the next request's lookback and TTL. The memory
 belongs to the gateway, so a policy reload keeps it.
@@ -59,9 +64,12 @@ class PromptCacheStage:
     def __init__(self, settings: Settings, memory: PromptMemory) -> None:
         self.settings = settings
         self.memory = memory
+        # Bytes below which no provider caches the prompt (the stage's estimate is bytes/4
+        # tokens, which the JSON around the text only inflates: a conservative cut).
+        self.min_bytes = 4 * min([settings.default_min_tokens, *settings.min_tokens.values()])
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
-        if ctx.kind != "chat":
+        if ctx.kind != "chat" or len(ctx.raw) < self.min_bytes:
             return await call_next(ctx)
         shaping = Shaping(self.settings, self.memory, ctx.record, ctx.key_id, ctx.model,
                           ctx.body, ctx.api.name)

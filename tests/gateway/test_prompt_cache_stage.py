@@ -29,6 +29,9 @@ KEY_ENV = "GATEWAY_TEST_PROMPT_CACHE_KEY"
 UPSTREAM_KEY = "sk-ant-upstream"
 OFF = DEFAULT_POLICY + "\n[prompt_cache]\nenabled = false\n"
 NOT_IN_PIPELINE = DEFAULT_POLICY + '\n[pipeline]\nstages = ["cache", "route", "admission"]\n'
+#: The stage also on prompts too short for any provider to cache (which it leaves alone by
+#: default), so that small bodies show each transform.
+ANY_LENGTH = DEFAULT_POLICY + "\n[prompt_cache]\ndefault_min_tokens = 0\nmin_tokens = {}\n"
 #: A system prompt long enough to cache (~2,000 tokens), with a time line near its top.
 RULES = "\n".join(f"Rule {i}: help the traveller with booking change number {i}, politely "
                   "and in full sentences, checking the fare rules first." for i in range(100))
@@ -153,8 +156,16 @@ def test_with_the_stage_off_the_clients_bytes_go_through_untouched(make, fake, c
         [(None, None)] * 2
 
 
+def test_a_prompt_too_short_to_cache_is_left_alone(make, fake):
+    gw = make()  # the default policy: nothing under 1,024 tokens (estimated) is shaped
+    headers = {"authorization": "Bearer key-a", "content-type": "application/json"}
+    httpx.post(gw.v1 + "/chat/completions", content=RAW_CHAT, headers=headers)
+    assert fake.records[-1].body == RAW_CHAT
+    assert gw.logged(1)[0]["prompt_cache_moved"] is None
+
+
 def test_with_the_stage_on_the_body_differs_only_by_the_enabled_transforms(make, fake, claude):
-    gw = make()
+    gw = make(ANY_LENGTH)
     headers = {"authorization": "Bearer key-a", "content-type": "application/json"}
     httpx.post(gw.v1 + "/chat/completions", content=RAW_CHAT, headers=headers)
     sent, client = fake.records[-1].json, orjson.loads(RAW_CHAT)
@@ -164,18 +175,18 @@ def test_with_the_stage_on_the_body_differs_only_by_the_enabled_transforms(make,
         "role": "user", "content": "Note from the system prompt: Now: 2024-05-15 10:00"}]
     del sent["tools"], sent["messages"], client["tools"], client["messages"]
     assert sent == client  # nothing else changed
-    # The prompt is too short to cache: no marker, but the tools and the time still move.
+    # With no minimum length: the rolling marker on the tail, the time after it.
     httpx.post(gw.url + "/v1/messages", content=RAW_MESSAGES,
                headers={**headers, "anthropic-version": "2023-06-01"})
     sent, client = claude.records[-1].json, orjson.loads(RAW_MESSAGES)
     assert list(sent) == ["model", "max_tokens", "tools", "messages"]
     assert [t["name"] for t in sent["tools"]] == ["a", "b"]
     assert sent["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": "hi"},
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
         {"type": "text", "text": "Note from the system prompt: Now: 2024-05-15 10:00"}]}]
     records = gw.logged(2)
     assert [(r["prompt_cache_breakpoints"], r["prompt_cache_moved"]) for r in records] == \
-        [(0, {"timestamp": 1})] * 2
+        [(0, {"timestamp": 1}), (2, {"timestamp": 1})]  # the tools' end and the tail
 
 
 def test_other_endpoints_are_not_shaped(make, fake):
@@ -325,7 +336,7 @@ def test_a_bad_pattern_is_a_config_error_naming_the_key(tmp_path: Path):
 
 
 def test_policy_patterns_move_what_they_match(make, fake):
-    gw = make(DEFAULT_POLICY + '\n[prompt_cache]\npatterns = ["Weather: \\\\w+"]\n')
+    gw = make(ANY_LENGTH + 'patterns = ["Weather: \\\\w+"]\n')
     with oclient(gw) as c:
         c.chat.completions.create(model="same", messages=[
             {"role": "system", "content": "Be brief.\nWeather: sunny"},
