@@ -84,11 +84,46 @@ class StreamObserver:
         return rest
 
     def _observe(self, block: bytes) -> None:
+        # Anthropic names every event, its name line first: the few that matter are found
+        # by their name at a line's start (text that merely contains the words is inside a
+        # data line's JSON, never at a line's start), and only their data is read.
+        if not block.startswith(b"event: ") and b"\nevent: " not in block:
+            self._observe_unnamed(block)
+            return
+        for marker in (b"event: message_", b"event: error\n"):
+            at = block.find(marker)
+            while at >= 0:
+                if at == 0 or block[at - 1] == 10:
+                    self._event_at(block, at)
+                at = block.find(marker, at + 1)
+
+    def _event_at(self, block: bytes, at: int) -> None:
+        """The named event whose ``event:`` line starts at ``at``."""
+        end = block.find(b"\n", at)
+        name = block[at + 7:end]
+        if name == b"message_stop":
+            self.done = True
+            return
+        data = b""
+        if block.startswith(b"data: ", end + 1):
+            stop = block.find(b"\n", end + 1)
+            data = block[end + 7:stop if stop >= 0 else len(block)]
+            if stop >= 0 and block.startswith(b"data:", stop + 1):  # data on several lines
+                last = block.find(b"\n\n", at)
+                data = parse_event(block[at:last if last >= 0 else len(block)])[1]
+        if name == b"error":
+            self.errored = True
+            self.error_type = error_type_in(data)
+        elif name == b"message_start" or name == b"message_delta":
+            self._note(name.decode(), data)
+
+    def _observe_unnamed(self, block: bytes) -> None:
+        """Events without an ``event:`` line (not Anthropic's own framing): by data type."""
         for raw in block.split(b"\n\n"):
             if b"message_" not in raw and b"error" not in raw:
                 continue
             name, data = parse_event(raw)
-            if name is None and data:  # unnamed (Anthropic names all): its data's type
+            if name is None and data:
                 name = _type_of(data)
             if name == "message_stop":
                 self.done = True

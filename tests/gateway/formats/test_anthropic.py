@@ -576,3 +576,17 @@ def test_a_recorded_text_stream_is_collected_into_its_answer():
     answer = collector.answer(observer.finish_reason, usage_to_openai(observer.usage))
     assert answer == Answer('Let me check the message_stop error café "weather".', "stop",
                             "claude-sonnet-4-5", None, 12 + 2048, 89)
+
+
+def test_named_events_are_found_at_a_line_start_only_and_read_whole():
+    observer = StreamObserver()
+    observer.feed(
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"event: message_stop\\nevent: error"}}\n\n'
+        b'event: message_delta\ndata: {"type":"message_delta",\n'
+        b'data: "delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":2}}\n\n')
+    assert not observer.done and not observer.errored  # the words were text, not events
+    assert observer.finish_reason == "tool_calls" and observer.usage == {"output_tokens": 2}
+    observer.feed(b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+                  b'"message":"Overloaded"}}\n\n')
+    assert observer.errored and observer.error_type == "overloaded_error"
