@@ -13,7 +13,7 @@ ends (never a fake ``[DONE]`` or ``message_stop``). Errors are in the client's f
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import structlog
 
@@ -25,7 +25,7 @@ from gateway.http import read_body, send_bytes
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
-from llm_wire.asgi import ClientDisconnected, run_until_disconnect
+from llm_wire.asgi import ClientDisconnected, DisconnectWatch
 
 __all__ = ["ModelEndpoint", "request_id_of"]
 
@@ -85,7 +85,12 @@ class ModelEndpoint:
             name = model if route is None else route.name
             ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
                                  runtime.policy, rec, name, name, extra, api=api)
-            await run_until_disconnect(receive, sending.serve(runtime.pipeline(ctx)))
+            with DisconnectWatch(receive):
+                reply = await runtime.pipeline(ctx)
+                if reply.stream is not None:
+                    await sending.relay(reply)
+                else:
+                    await sending.whole(reply)
         except ClientDisconnected:
             rec.cancelled = True
             rec.status = 499  # nginx's "client closed request"
@@ -116,12 +121,8 @@ class _Sending:
         self.api = api
         self.started = False
 
-    async def serve(self, pending: Awaitable[Reply]) -> None:
-        """Await the pipeline's reply and send it."""
-        reply = await pending
-        if reply.stream is not None:
-            await self._relay(reply)
-            return
+    async def whole(self, reply: Reply) -> None:
+        """Send a complete reply (JSON, or a whole SSE stream)."""
         delivered = False
         try:
             rec = self.rec
@@ -151,7 +152,7 @@ class _Sending:
         await self.send({"type": "http.response.start", "status": status,
                          "headers": headers + self.extra})
 
-    async def _relay(self, reply: Reply) -> None:
+    async def relay(self, reply: Reply) -> None:
         """Forward an upstream stream event by event; an upstream failure midway becomes an
         error event that ends the stream."""
         stream, rec, send, taps = reply.stream, self.rec, self.send, reply.taps

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
-__all__ = ["WATCH_GRACE_S", "ClientDisconnected", "run_until_disconnect"]
+__all__ = ["WATCH_GRACE_S", "ClientDisconnected", "DisconnectWatch", "run_until_disconnect"]
 
 T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -37,24 +37,41 @@ async def run_until_disconnect(
     but ``http.disconnect`` (ASGI spec). ``work`` runs in the calling task; a watcher task,
     started after ``grace_s``, cancels it on disconnect.
     """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task(loop)
-    assert task is not None, "run_until_disconnect needs a running task"
-    watch = _Watch(task, receive)
-    timer = loop.call_later(grace_s, watch.start)
-    try:
+    with DisconnectWatch(receive, grace_s):
         return await work
-    except asyncio.CancelledError:
-        if watch.disconnected:
-            task.uncancel()
-            raise ClientDisconnected() from None
-        raise
-    finally:
-        timer.cancel()
+
+
+class DisconnectWatch:
+    """``with DisconnectWatch(receive): await ...``: :func:`run_until_disconnect` for a block
+    of awaits, without a coroutine of its own (on a hot path every frame in the await chain
+    is paid again each time the work resumes: once per streamed chunk). Leaving the block
+    because the client disconnected raises ClientDisconnected. Same contract: the request
+    body was read, the block runs in the calling task."""
+
+    __slots__ = ("_timer", "_watch")
+
+    def __init__(self, receive: Receive, grace_s: float = WATCH_GRACE_S) -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None, "DisconnectWatch needs a running task"
+        self._watch = _Watch(task, receive)
+        self._timer = loop.call_later(grace_s, self._watch.start)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        watch, task = self._watch, self._watch.task
+        self._timer.cancel()
         if watch.watcher is not None:
             watch.watcher.cancel()
-        if watch.disconnected and task.cancelling():  # the client left as the work finished
-            task.uncancel()
+        if watch.disconnected:
+            if kind is not None and issubclass(kind, asyncio.CancelledError):
+                task.uncancel()
+                raise ClientDisconnected() from None
+            if task.cancelling():  # the client left as the work finished
+                task.uncancel()
 
 
 class _Watch:
