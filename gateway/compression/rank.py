@@ -1,0 +1,95 @@
+"""How relevant each unit is to the question: a dense score, a lexical one and exact matches.
+
+LongLLMLingua (Jiang et al., ACL 2024) ranks documents by how well each conditions the
+question; with the models the gateway has, the coarse ranking combines three signals, each
+one number per unit:
+
+- ``dense``: cosine between the question's and the unit's all-MiniLM-L6-v2 embeddings
+  (Reimers & Gurevych, EMNLP 2019), one batched call to the :data:`~gateway.embedding.Embed`
+  passed in. MiniLM reads at most 256 word pieces anyway; each unit is cut to its first
+  ``Weights.embed_chars`` characters, since the embedding's cost on a CPU grows with its
+  length and the start of a passage (its title, its first sentence) says what it is about.
+- ``lexical``: Okapi BM25 (Robertson & Zaragoza 2009, Lucene's variant, through ``bm25s``)
+  with the units as the corpus and the question as the query, divided by the context's best
+  score, so in [0, 1].
+- ``exact``: the share of the question's protected spans (identifiers, numbers, quoted
+  strings: :func:`gateway.compression.units.protected_spans`) found verbatim in the unit; a
+  key asked for by its id is found whatever the two scores above say.
+
+The weights were tuned on the dev half of NQ-open (``bench/compression.py --tune``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.compression.units import protected_spans
+from gateway.embedding import Embed
+
+__all__ = ["WEIGHTS", "Weights", "dense", "exact", "lexical", "relevance"]
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """score = dense x cosine + lexical x BM25 / best BM25 + exact x share of exact matches.
+    ``embed_chars``: how much of each unit is embedded (characters)."""
+
+    dense: float = 1.0
+    lexical: float = 0.5
+    exact: float = 2.0
+    embed_chars: int = 400
+
+
+#: The defaults, tuned on dev (see the module's docstring).
+WEIGHTS = Weights()
+
+
+async def relevance(texts: Sequence[str], question: str, embed: Embed | None,
+                    weights: Weights = WEIGHTS) -> np.ndarray:
+    """[len(texts)] float64 scores, higher is more relevant; without ``embed`` (or with a
+    zero dense weight) no embedding is computed."""
+    score = weights.lexical * lexical(texts, question) + weights.exact * exact(texts, question)
+    if embed is not None and weights.dense and len(texts):
+        score += weights.dense * await dense(texts, question, embed, weights.embed_chars)
+    return score
+
+
+async def dense(texts: Sequence[str], question: str, embed: Embed, chars: int) -> np.ndarray:
+    """[len(texts)] cosines in [-1, 1]: one ``embed`` call over the question and each text's
+    first ``chars`` characters (the embedder returns unit vectors)."""
+    vectors = np.asarray(await embed([question, *(t[:chars] for t in texts)]), np.float64)
+    scores: np.ndarray = vectors[1:] @ vectors[0]
+    return scores
+
+
+def lexical(texts: Sequence[str], question: str) -> np.ndarray:
+    """[len(texts)] BM25 scores of the question against the texts, over the best: in [0, 1]
+    (all zero when no query term occurs)."""
+    import bm25s  # imported here: only compression needs it
+
+    out = np.zeros(len(texts))
+    query = bm25s.tokenize([question], stopwords="en", show_progress=False,
+                           return_ids=False)[0]
+    if not query or not texts:
+        return out
+    corpus = bm25s.tokenize(list(texts), stopwords="en", show_progress=False,
+                            return_ids=False)
+    if not any(corpus):
+        return out
+    index = bm25s.BM25()
+    index.index(corpus, show_progress=False)
+    scores = np.asarray(index.get_scores(query), np.float64)
+    best = scores.max()
+    return scores / best if best > 0 else out
+
+
+def exact(texts: Sequence[str], question: str) -> np.ndarray:
+    """[len(texts)] share in [0, 1] of the question's protected spans (quotes stripped, each
+    distinct span once) that occur verbatim in each text; zeros when it has none."""
+    spans = {question[s:e].strip('"') for s, e in protected_spans(question)} - {""}
+    if not spans:
+        return np.zeros(len(texts))
+    return np.array([sum(span in text for span in spans) / len(spans) for text in texts])
