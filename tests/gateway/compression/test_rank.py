@@ -49,3 +49,16 @@ async def test_the_embedding_is_one_batched_call_over_each_units_start():
 async def test_without_an_embedder_the_ranking_is_lexical():
     scores = await relevance(TEXTS, "nobel prize physics", None)
     assert scores.argmax() == 1
+
+
+async def test_a_unit_made_of_ids_is_not_embedded_and_scores_the_mean_cosine():
+    calls: list[list[str]] = []
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        calls.append(texts)
+        return np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], np.float32)
+
+    texts = ["a sentence about cats", '"2a8d601d-1d69": "9f4a92b9-5f69"', "dogs and birds"]
+    scores = await relevance(texts, "q", embed, Weights(dense=1.0, lexical=0.0, exact=0.0))
+    assert calls == [["q", "a sentence about cats", "dogs and birds"]]
+    assert scores.tolist() == pytest.approx([0.6, 0.3, 0.0])
