@@ -28,7 +28,14 @@ from gateway.errors import (
 )
 from gateway.formats.answer import Answer
 from gateway.formats.anthropic_stream import AnswerCollector, StreamObserver, finish_reason_of
-from gateway.formats.checks import invalid_type, invalid_value, load_request, missing, shown
+from gateway.formats.checks import (
+    invalid_type,
+    invalid_value,
+    load_request,
+    message_list,
+    missing,
+    shown,
+)
 from llm_wire.sse import json_event
 
 __all__ = [
@@ -95,12 +102,7 @@ def parse_request(raw: bytes) -> dict[str, Any]:
 
 
 def _check_messages(messages: Any) -> None:
-    if messages is None:
-        raise missing("messages")
-    if not isinstance(messages, list):
-        raise invalid_type("messages", "an array", messages)
-    if not messages:
-        raise invalid_value("messages", "'messages' must contain at least one message")
+    messages = message_list(messages)
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):

@@ -14,7 +14,7 @@ import orjson
 
 from gateway.errors import InvalidJSON, InvalidRequest
 
-__all__ = ["invalid_type", "invalid_value", "load_request", "missing", "shown"]
+__all__ = ["invalid_type", "invalid_value", "load_request", "message_list", "missing", "shown"]
 
 
 def load_request(raw: bytes) -> dict[str, Any]:
@@ -32,6 +32,17 @@ def load_request(raw: bytes) -> dict[str, Any]:
     if not isinstance(model, str) or not model:
         raise invalid_type("model", "a non-empty string", model)
     return data
+
+
+def message_list(messages: Any) -> list[Any]:
+    """``messages`` when it is a non-empty array; raises InvalidRequest."""
+    if messages is None:
+        raise missing("messages")
+    if not isinstance(messages, list):
+        raise invalid_type("messages", "an array", messages)
+    if not messages:
+        raise invalid_value("messages", "'messages' must contain at least one message")
+    return messages
 
 
 def shown(value: Any) -> str:

@@ -25,7 +25,7 @@ import orjson
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.formats.answer import Answer
-from gateway.formats.checks import invalid_type, load_request, missing
+from gateway.formats.checks import invalid_type, load_request, message_list, missing
 from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = [
@@ -85,13 +85,7 @@ def parse_request(body: bytes, kind: Kind) -> dict[str, Any]:
 
 
 def _check_messages(messages: Any) -> None:
-    if messages is None:
-        raise missing("messages")
-    if not isinstance(messages, list):
-        raise invalid_type("messages", "an array", messages)
-    if not messages:
-        raise InvalidRequest("'messages' must contain at least one message", param="messages",
-                             code="invalid_value")
+    messages = message_list(messages)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise invalid_type(f"messages[{i}]", "an object", message)
