@@ -121,14 +121,23 @@ def _content(content: Any, relocate: Relocate, notes: list[Note]) -> Any:
 
 def _openai_tool(tool: Any, relocate: Relocate, notes: list[Note]) -> Any:
     function = tool.get("function") if isinstance(tool, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("description"), str):
+    if not isinstance(function, dict):
         return tool
-    source = f"tool:{tool_name(tool)}"
-    text, moved = relocate(source, function["description"])
+    described = _described(f"tool:{tool_name(tool)}", function, relocate, notes)
+    return tool if described is None else {**tool, "function": described}
+
+
+def _described(source: str, holder: dict[str, Any], relocate: Relocate,
+               notes: list[Note]) -> dict[str, Any] | None:
+    """``holder`` (a tool, or its ``function``) with the volatile spans of its
+    ``description`` moved out into ``notes``; None when nothing moved."""
+    if not isinstance(holder.get("description"), str):
+        return None
+    text, moved = relocate(source, holder["description"])
     if not moved:
-        return tool
+        return None
     notes.extend((source, m) for m in moved)
-    return {**tool, "function": {**function, "description": text}}
+    return {**holder, "description": text}
 
 
 def openai_append(body: dict[str, Any], notes: list[Note]) -> dict[str, Any]:
@@ -181,14 +190,9 @@ def anthropic_relocate(body: dict[str, Any], relocate: Relocate
 
 
 def _anthropic_tool(tool: Any, relocate: Relocate, notes: list[Note]) -> Any:
-    if not isinstance(tool, dict) or not isinstance(tool.get("description"), str):
+    if not isinstance(tool, dict):
         return tool
-    source = f"tool:{tool_name(tool)}"
-    text, moved = relocate(source, tool["description"])
-    if not moved:
-        return tool
-    notes.extend((source, m) for m in moved)
-    return {**tool, "description": text}
+    return _described(f"tool:{tool_name(tool)}", tool, relocate, notes) or tool
 
 
 def anthropic_append(body: dict[str, Any], notes: list[Note]) -> dict[str, Any]:
