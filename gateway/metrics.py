@@ -94,10 +94,16 @@ class RequestCollector(Collector):
         self.cancelled: dict[str, int] = {}
         self.errors: dict[tuple[str, str], int] = {}
         self.shed: dict[tuple[str, str], int] = {}
+        # (model, outcome: "compressed" or the skip reason) -> count; model -> tokens saved
+        self.compression: dict[tuple[str, str], int] = {}
+        self.compression_saved: dict[str, int] = {}
+        self.compress_time = _Family("gateway_compress_seconds",
+                                     "The compress stage's compressor time.", ("model",),
+                                     LATENCY_BUCKETS)
 
     def collect(self) -> Iterator[Metric]:
         yield from (f.collect() for f in (self.duration, self.ttft, self.upstream, self.overhead,
-                                          self.queue_wait))
+                                          self.queue_wait, self.compress_time))
         series: tuple[tuple[str, str, list[str], dict[Any, int]], ...] = (
             ("gateway_requests", "Requests by route, served model and status.",
              ["route", "model", "status"], self.requests),
@@ -112,6 +118,11 @@ class RequestCollector(Collector):
              self.errors),
             ("gateway_shed", "Requests shed or rerouted (degraded mode) by reason.",
              ["route", "reason"], self.shed),
+            ("gateway_compression", ("Chat requests the compress stage saw, by served model "
+                                     "and outcome (compressed, or why it skipped)."),
+             ["model", "outcome"], self.compression),
+            ("gateway_compression_saved_tokens", "Prompt tokens removed by compression.",
+             ["model"], self.compression_saved),
         )
         for name, doc, labels, values in series:
             family = CounterMetricFamily(name, doc, labels=labels)
@@ -253,6 +264,18 @@ class Metrics:
         if rec.shed:
             k3 = (rec.route, rec.shed)
             c.shed[k3] = c.shed.get(k3, 0) + 1
+        if rec.compress_skip or rec.compression:
+            self._compression(rec)
+
+    def _compression(self, rec: RequestRecord) -> None:
+        c, model = self.collector, rec.model_served or "none"
+        key = (model, rec.compress_skip or "compressed")
+        c.compression[key] = c.compression.get(key, 0) + 1
+        if rec.compress_ms is not None:
+            c.compress_time.observe(c.compress_time.get(model), rec.compress_ms / 1000)
+        if rec.compression and rec.tokens_before and rec.tokens_after:
+            saved = rec.tokens_before - rec.tokens_after
+            c.compression_saved[model] = c.compression_saved.get(model, 0) + saved
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

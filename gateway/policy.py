@@ -23,12 +23,13 @@ import watchfiles
 
 from gateway.admission import AdmissionPolicy
 from gateway.breaker import BreakerPolicy
+from gateway.compression.policy import CompressionPolicy
 from gateway.errors import ConfigError
 from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
-    "CachePolicy", "DegradedPolicy", "OperatingPoint", "PipelinePolicy", "Policy", "PolicyStore",
+    "CachePolicy", "CompressionPolicy", "DegradedPolicy", "OperatingPoint", "PipelinePolicy", "Policy", "PolicyStore",
     "PromptCachePolicy", "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "TranslationPolicy",
     "load_policy",
 ]
@@ -75,7 +76,8 @@ class TranslationPolicy:
 class DegradedPolicy:
     """What to do with a request that cannot be admitted, in order (see gateway.stages.admission)."""
 
-    actions: tuple[Literal["cache", "reroute", "reject"], ...] = ("cache", "reroute", "reject")
+    actions: tuple[Literal["cache", "compress", "reroute", "reject"], ...] = (
+        "cache", "compress", "reroute", "reject")
     #: Public model name to reroute to (a small tier or the local engine); none: skip reroute.
     reroute_model: str | None = None
     #: Smallest Retry-After sent with a shed response (s).
@@ -256,7 +258,7 @@ class PipelinePolicy:
     """The stages every model request goes through, in order (see gateway.pipeline); the
     terminal step (dispatch to the upstreams) always comes last."""
 
-    stages: tuple[str, ...] = ("cache", "route", "prompt_cache", "admission")
+    stages: tuple[str, ...] = ("cache", "route", "compress", "prompt_cache", "admission")
 
     def __post_init__(self) -> None:
         from gateway.pipeline import check_stages  # stages import this module
@@ -276,6 +278,7 @@ class Policy:
     degraded: DegradedPolicy = field(default_factory=DegradedPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
     prompt_cache: PromptCachePolicy = field(default_factory=PromptCachePolicy)
+    compression: CompressionPolicy = field(default_factory=CompressionPolicy)
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     version: str = "default"
 

@@ -35,7 +35,7 @@ cancelled          the client went away before the response was complete
 error_type         OpenAI ``error.type`` when the request failed, else null
 error_code         OpenAI ``error.code`` when the request failed, else null
 shed               degraded-mode reason (shed or rerouted), else null
-cache, route_tier, route_score, compression   filled by pipeline stages (null when off)
+cache, route_tier, route_score   filled by pipeline stages (null when off)
 cache              ``hit``, ``miss`` or ``bypass`` (null when the cache is off)
 cache_layer        ``exact`` or ``semantic`` on a hit
 similarity         cosine similarity of the best semantic candidate
@@ -48,6 +48,14 @@ route_threshold    the score at or above which the strong tier is chosen
 route_fallback     the tier that served instead, when the chosen tier failed or shed
 route_ms           time spent deciding (embedding included when the cache had none)
 policy_version     the ``version`` of the policy snapshot the request was served under
+compression        the ``compress`` stage's achieved ratio (tokens before / after) when it
+                   compressed, else null
+tokens_before      tokens of the context it compressed, before and after, in the target
+tokens_after       upstream's tokenizer (null when it did not run the compressor)
+compress_ms        the compressor's time (ms)
+compress_skip      why the stage did not compress: ``client_off``, ``short``,
+                   ``nothing_to_compress``, ``no_prefill_rate``, ``not_worth_it``,
+                   ``no_gain``, ``error``; null when it compressed or is off
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -81,7 +89,8 @@ FIELDS = (
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
-    "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved",
+    "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
+    "tokens_after", "compress_ms", "compress_skip",
 )
 
 
@@ -138,7 +147,11 @@ class RequestRecord:
     route_fallback: str | None = None
     route_ms: float | None = None
     policy_version: str | None = None
-    compression: Any = None
+    compression: float | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    compress_ms: float | None = None
+    compress_skip: str | None = None
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

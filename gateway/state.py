@@ -20,6 +20,7 @@ from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
 from gateway.cache.verifier import ARTIFACT, Verifier
+from gateway.compression.state import CompressionState
 from gateway.config import CacheConfig, Config, Target, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
 from gateway.embedding import Embed, LoadEmbedder
@@ -129,6 +130,8 @@ class Gateway:
             self.metrics.watch_cache(self.cache)
         #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
         self.prompt_memory = PromptMemory()
+        #: The compress stage's learned rates and token counters (kept across reloads).
+        self.compression = CompressionState(embed)
         self._terminal = Dispatch(self.dispatcher, self.models)
         self.runtime = Runtime(policy, Pipeline(policy, self, self._terminal))
         self._load_embedder = load_embedder
@@ -157,11 +160,13 @@ class Gateway:
             self._start_embedder()
 
     def _wants_embedder(self) -> bool:
-        """The semantic cache or a router needs embeddings and none were given."""
+        """The semantic cache, a router or compression needs embeddings and none were
+        given."""
         cache = self.cache is not None and self.cache.embed is None \
             and self.config.cache.semantic
         routing = self.routers.embed is None and bool(self.policy.routing.routers)
-        return self._load_embedder is not None and (cache or routing)
+        compression = self.compression.embed is None and self.policy.compression.enabled
+        return self._load_embedder is not None and (cache or routing or compression)
 
     def _start_embedder(self) -> None:
         if self._loading is None and self._stop_embedder is None:
@@ -197,6 +202,8 @@ class Gateway:
             self.cache.embed = embed
         if self.routers.embed is None:
             self.routers.embed = embed
+        if self.compression.embed is None:
+            self.compression.embed = embed
 
     async def aclose(self) -> None:
         if self._loading is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -21,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from local_engine.model import LlamaConfig, LlamaModel
+from local_engine.paths import DEFAULT_MODEL, DEFAULT_NAME, cache_dir, converted
 
 if TYPE_CHECKING:  # transformers is imported only where a model is loaded (slow import)
     from transformers import PreTrainedModel
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "from_hf_module", "load", "resolve"]
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "converted", "from_hf_module", "load",
+           "resolve"]
 
-DEFAULT_MODEL = "smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SUPPORTED = {"LlamaForCausalLM"}
 
@@ -38,12 +38,6 @@ class LoadedModel:
     model: LlamaModel
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     eos_token_ids: tuple[int, ...]
-
-
-def cache_dir() -> Path:
-    """``$GATEWAY_CACHE_DIR``, else ``~/.cache/llm-gateway``."""
-    root = os.environ.get("GATEWAY_CACHE_DIR") or Path.home() / ".cache" / "llm-gateway"
-    return Path(root)
 
 
 def _smollm2_gguf() -> Path:
@@ -61,7 +55,7 @@ def resolve(spec: str = DEFAULT_MODEL) -> Path:
     GGUF is converted into the cache folder on first use. Raises FileNotFoundError."""
     if spec == DEFAULT_MODEL:
         gguf = _smollm2_gguf()
-        name = "smollm2-135m-instruct"
+        name = DEFAULT_NAME
     else:
         path = Path(spec)
         if path.is_dir():

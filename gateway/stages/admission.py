@@ -11,6 +11,8 @@ target can take it (queue full or timed out, breakers open:
 - ``cache``: serve it from the semantic cache at the policy's relaxed operating point
   (``cache.relaxed``), if an earlier stage offered that; the answer says
   ``x-gateway-degraded: cache:<reason>``;
+- ``compress``: cut its context harder (``compression.degraded_ratio``), if an earlier stage
+  offered that, and try again; the answer says ``x-gateway-degraded: compressed:<reason>``;
 - ``reroute``: serve it from ``degraded.reroute_model`` instead (a small tier or the local
   engine); the answer says ``x-gateway-degraded: rerouted:<reason>``;
 - ``reject``: answer at once with 503, ``Retry-After`` and ``{"error": {"type":
@@ -115,6 +117,17 @@ class AdmissionStage:
                 if reply is not None:
                     rec.shed = label
                     return reply
+            if action == "compress" and ctx.degraded_compress is not None:
+                label = f"compressed:{shed.reason}"
+                if await ctx.degraded_compress(label):
+                    rec.shed = label
+                    if ctx.ticket is not None:  # a smaller prompt may leave the long lane
+                        ctx.ticket = ticket(ctx.policy.admission, ctx.key_id, ctx.headers,
+                                            len(ctx.raw))
+                    try:
+                        return await self._admit(ctx, call_next)
+                    except Shed as exc:
+                        shed = exc
             if action == "reroute" and self._can_reroute(ctx, policy.reroute_model):
                 assert policy.reroute_model is not None
                 label = f"rerouted:{shed.reason}"

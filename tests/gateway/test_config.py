@@ -80,8 +80,9 @@ def test_policy_is_strict_too(tmp_path):
     with pytest.raises(ConfigError, match=r"retry\.max_attempts: must be >= 1"):
         load_policy(path)
     path.write_text("[retyr]\n")
-    with pytest.raises(ConfigError, match="allowed keys: admission, breaker, cache, degraded, "
-                                          "pipeline, prompt_cache, retry, retry_budget, "
+    with pytest.raises(ConfigError, match="allowed keys: admission, breaker, cache, "
+                                          "compression, degraded, pipeline, prompt_cache, "
+                                          "retry, retry_budget, "
                                           "routing, streaming, translation, version"):
         load_policy(path)
 

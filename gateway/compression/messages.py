@@ -1,0 +1,211 @@
+"""Where a chat request's compressible context is, in the OpenAI and Anthropic formats.
+
+Only the current turn is compressed: the messages after the last assistant message (the
+user's newest message and the tool results it answers with). Everything before it (the
+system prompt, tools, earlier turns) is the prefix a provider's prompt cache reads at a
+tenth of the price, and the ``prompt_cache`` stage keeps it byte-stable: compressing it
+anew on every turn would throw that read away. Within the current turn:
+
+- never content at or before the last ``cache_control`` marker (the client asked for that
+  prefix to be cached);
+- the system prompt only when the policy asks (``compression.system``: a single-turn
+  retrieval request may carry its documents there) and no marker covers it;
+- tool results (OpenAI ``role: "tool"`` messages, Anthropic ``tool_result`` blocks): each
+  text a segment;
+- the newest user message: the question or instruction it asks is never touched. Its last
+  text holds the request: that text's first and last units
+  (:func:`gateway.compression.units.split`) are the instruction and the question when they
+  are short prose, pinned in place, and the units between are context (a retrieval prompt:
+  instruction, documents, question); its other texts are context.
+
+:func:`plan` returns the segments (where each text lives in the body, so the compressed
+text can be written back) and the question to rank them against. Pure; the body given is
+the one written to (pass a copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.compression.units import split, units_of
+
+__all__ = ["MAX_REQUEST_CHARS", "Plan", "Segment", "plan"]
+
+#: A first or last unit longer than this (characters) is context, not the request.
+MAX_REQUEST_CHARS = 2_000
+
+#: Units whose kind says they are data, never the request.
+_DATA = frozenset({"document", "record", "json", "code", "bracket"})
+
+
+@dataclass(slots=True)
+class Segment:
+    """One text to compress: ``owner[key]`` holds it; ``pinned``: [start, end) character
+    spans kept in place (the instruction and the question)."""
+
+    owner: Any
+    key: Any
+    text: str
+    pinned: list[tuple[int, int]] = field(default_factory=list)
+
+    def write(self, text: str) -> None:
+        self.owner[self.key] = text
+
+
+@dataclass(slots=True)
+class Plan:
+    """The segments to compress and the question they are ranked against ("" when none
+    was found: then nothing is compressed)."""
+
+    segments: list[Segment]
+    question: str
+
+
+def plan(api: str, body: dict[str, Any], system: bool = False) -> Plan:
+    """The compressible segments of ``body`` (an OpenAI Chat Completions or Anthropic
+    Messages request, ``api`` "openai" | "anthropic"). ``system``: the system prompt's texts
+    are context too (unless a ``cache_control`` marker covers them). Malformed parts are
+    left alone."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return Plan([], "")
+    found = _turn(messages)
+    if system and found.question.strip() and not any(
+            part[2] for message in messages for part in _parts(message)):
+        found.segments[:0] = _system(api, body)
+    return found
+
+
+def _system(api: str, body: dict[str, Any]) -> list[Segment]:
+    """The system prompt's texts after its last ``cache_control`` marker."""
+    texts: list[tuple[Any, str, bool]] = []
+    if api == "anthropic":
+        if isinstance(body.get("system"), str):
+            texts.append((body, "system", False))
+        else:
+            texts += _text_blocks(body.get("system"))
+    else:
+        for message in body["messages"]:
+            if _role(message) not in ("system", "developer"):
+                break
+            if isinstance(message.get("content"), str):
+                texts.append((message, "content", "cache_control" in message))
+            else:
+                texts += _text_blocks(message.get("content"))
+    marked = [n for n, (_, _, mark) in enumerate(texts) if mark]
+    free = texts[marked[-1] + 1:] if marked else texts
+    return [Segment(owner, key, owner[key]) for owner, key, _ in free]
+
+
+def _text_blocks(blocks: Any) -> list[tuple[Any, str, bool]]:
+    if not isinstance(blocks, list):
+        return []
+    return [(b, "text", "cache_control" in b) for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+
+
+def _turn(messages: list[Any]) -> Plan:
+    start = 0
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            start = i + 1
+    turn = messages[start:]
+    # Everything up to the last cache_control marker stays as the client sent it.
+    blocks = [(i, part) for i, message in enumerate(turn) for part in _parts(message)]
+    marked = [n for n, (_, part) in enumerate(blocks) if part[2]]
+    first_free = marked[-1] + 1 if marked else 0
+    last_user = max((i for i, m in enumerate(turn) if _role(m) == "user"), default=-1)
+    user_texts = [n for n, (i, part) in enumerate(blocks)
+                  if i == last_user and part[3] == "text"]
+    question = ""
+    if not user_texts:  # the request is in an earlier turn: its last user text asks it
+        question = _question_text(_last_user_text(messages[:start]))
+    segments: list[Segment] = []
+    for n, (i, (owner, key, _, kind)) in enumerate(blocks):
+        if kind == "marker":
+            continue
+        text = owner[key]
+        if i == last_user and kind == "text" and n == user_texts[-1]:
+            # The newest user message's last text: the request, with context around it.
+            pins, asked = _request_spans(text)
+            question = asked
+            if n >= first_free and pins is not None:
+                segments.append(Segment(owner, key, text, pins))
+            continue
+        if n >= first_free:
+            segments.append(Segment(owner, key, text))
+    return Plan(segments if question.strip() else [], question)
+
+
+def _role(message: Any) -> str | None:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _parts(message: Any) -> Iterator[tuple[Any, Any, bool, str]]:
+    """(owner, key, has cache_control, kind) of each text in a message; kind is "text" for
+    the user's own text, "tool" for a tool result's."""
+    role = _role(message)
+    if role not in ("user", "tool"):
+        return
+    kind = "tool" if role == "tool" else "text"
+    content = message.get("content")
+    if isinstance(content, str):
+        yield message, "content", "cache_control" in message, kind
+        return
+    if not isinstance(content, list):
+        return
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        marked = "cache_control" in block
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            yield block, "text", marked, kind
+        elif block.get("type") == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, str):
+                yield block, "content", marked, "tool"
+            elif isinstance(inner, list):
+                texts = [b for b in inner if isinstance(b, dict) and b.get("type") == "text"
+                         and isinstance(b.get("text"), str)]
+                for j, b in enumerate(texts):
+                    # A marker on the result covers all of it.
+                    last = j == len(texts) - 1
+                    yield b, "text", "cache_control" in b or (marked and last), "tool"
+                if not texts and marked:
+                    yield block, "type", True, "marker"  # a marker with nothing to compress
+        elif marked:
+            yield block, "type", True, "marker"
+
+
+def _last_user_text(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if _role(message) != "user":
+            continue
+        texts = [owner[key] for owner, key, _, kind in _parts(message) if kind == "text"]
+        if texts:
+            return str(texts[-1])
+    return ""
+
+
+def _question_text(text: str) -> str:
+    return _request_spans(text)[1] if text else ""
+
+
+def _request_spans(text: str) -> tuple[list[tuple[int, int]] | None, str]:
+    """The pinned spans of the newest user text (its instruction and question units) and
+    the question; pins None when nothing is left to compress between them."""
+    units = units_of(split(text))
+    if len(units) < 2:
+        return None, text
+    first, last = units[0], units[-1]
+    request = [u for u in (first, last)
+               if u.kind not in _DATA and len(u.text) <= MAX_REQUEST_CHARS]
+    if not request:
+        return None, ""
+    question = last.text if request[-1] is last else first.text
+    pins = [(u.start, u.end) for u in request]
+    if len(units) - len(request) < 2:
+        return None, question
+    return pins, question

@@ -1,0 +1,210 @@
+"""Stage ``compress``: long context in the current turn cut to a token budget, question-aware,
+only when it pays.
+
+Chat requests from either API, when the policy's ``[compression]`` enables it. What is
+compressed (:mod:`gateway.compression.messages`): documents, passages and long tool results
+of the current turn; never the question or instruction, never content at or before a
+``cache_control`` marker nor the earlier turns a prompt cache reads; protected spans
+(numbers, identifiers, URLs, code, JSON keys and values) byte for byte. How
+(:func:`gateway.compression.compress`): units ranked against the question with MiniLM and
+BM25, the best kept within ``tokens / target_ratio`` tokens (counted in the target
+upstream's tokenizer), the most relevant at both ends.
+
+When (:mod:`gateway.compression.gate`): the compressible context has at least
+``min_tokens`` and, under ``gate = "net_positive"``, the predicted prefill time saved beats
+the compressor's own predicted time. The target model's prefill rate is the policy's
+``prefill_ms_per_token`` or learned here from its streamed answers (TTFT against prompt
+tokens). A client overrides per request with ``x-gateway-compress: off`` or ``:
+<ratio>`` (an explicit ratio compresses whatever the gate and ``min_tokens`` say); any other
+value is a 400. A compressed answer carries ``x-gateway-compression: <achieved ratio>``; the
+log line has ``compression``, ``tokens_before``, ``tokens_after``, ``compress_ms`` and, when
+skipped, ``compress_skip`` (``client_off``, ``nothing_to_compress``, ``short``,
+``no_prefill_rate``, ``not_worth_it``, ``no_gain``, ``error``).
+
+Degraded mode: before a request is shed, the ``compress`` action compresses it at
+``degraded_ratio`` and tries again (:mod:`gateway.stages.admission`).
+Sources: LongLLMLingua (Jiang et al., ACL 2024); Lost in the Middle (Liu et al., TACL 2024).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+
+from gateway.compression import compress
+from gateway.compression.gate import decide
+from gateway.compression.messages import plan
+from gateway.compression.policy import CompressionPolicy
+from gateway.compression.state import CompressionState
+from gateway.compression.tokens import CountTokens, estimate
+from gateway.context import Outcome, Reply, RequestContext
+from gateway.errors import InvalidRequest
+from gateway.pipeline import Next
+
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+    from gateway.state import Gateway, ModelTable
+    from gateway.upstreams.base import Upstream
+
+__all__ = ["AFTER", "HEADER", "CompressStage", "build", "requested_ratio"]
+
+#: The cache keys on the request as the client sent it; the tokenizer and the prefill rate
+#: are the model's the route stage chose.
+AFTER = ("cache", "route")
+
+HEADER = b"x-gateway-compress"
+
+log = structlog.get_logger("gateway.compression")
+
+
+def build(gateway: Gateway, policy: Policy) -> CompressStage | None:
+    """None when the policy turns compression off."""
+    if not policy.compression.enabled:
+        return None
+    gateway.compression.warm()
+    return CompressStage(gateway.compression, gateway.models, gateway.upstreams)
+
+
+def requested_ratio(headers: list[tuple[bytes, bytes]]) -> tuple[bool, float | None]:
+    """What the client asked in ``x-gateway-compress``: (asked, ratio); ratio None means
+    off. Raises InvalidRequest for anything but ``off`` or a number >= 1."""
+    for name, value in headers:
+        if name != HEADER:
+            continue
+        text = value.decode("latin-1").strip().lower()
+        if text == "off":
+            return True, None
+        try:
+            ratio = float(text)
+        except ValueError:
+            ratio = float("nan")
+        if not 1.0 <= ratio <= 100.0:  # NaN fails too
+            raise InvalidRequest(f"x-gateway-compress: expected 'off' or a compression "
+                                 f"ratio from 1 to 100 (e.g. 4), got {text[:40]!r}",
+                                 param="x-gateway-compress")
+        return True, (None if ratio == 1.0 else ratio)
+    return False, None
+
+
+class CompressStage:
+    def __init__(self, state: CompressionState, models: ModelTable,
+                 upstreams: dict[str, Upstream]) -> None:
+        self.state = state
+        self.models = models
+        self.upstreams = upstreams
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
+        if ctx.kind != "chat":
+            return await call_next(ctx)
+        policy, rec = ctx.policy.compression, ctx.record
+        asked, ratio = requested_ratio(ctx.headers)
+        body, raw = ctx.body, ctx.raw
+        route = self.models.routes.get(ctx.target)
+        first = route.targets[0] if route is not None and route.targets else None
+        model = ctx.target
+        if asked and ratio is None:
+            rec.compress_skip = "client_off"
+        else:
+            await self._compress(ctx, policy, ratio or policy.target_ratio, asked)
+
+        async def harder(label: str) -> bool:
+            """The degraded ``compress`` action: the client's request again, cut at
+            ``degraded_ratio``; True when it came out smaller than what was tried."""
+            if (asked and ratio is None) or policy.degraded_ratio <= (
+                    rec.compression or 1.0):
+                return False
+            tried = ctx.raw
+            ctx.body, ctx.raw = body, raw
+            await self._compress(ctx, policy, policy.degraded_ratio, True)
+            if len(ctx.raw) >= len(tried):
+                return False
+            ctx.response_headers.append((b"x-gateway-degraded", label.encode()))
+            return True
+
+        ctx.degraded_compress = harder
+        try:
+            reply = await call_next(ctx)
+        finally:  # another target (the route stage's fallback) starts from the original
+            ctx.body, ctx.raw = body, raw
+        if first is not None and ctx.stream:
+            prefill = self.state.prefill(model)
+
+            def learn(outcome: Outcome) -> None:
+                if (outcome.delivered and rec.upstream == first.upstream and rec.ttft_ms
+                        and rec.prompt_tokens):
+                    prefill.observe(rec.prompt_tokens,
+                                    rec.ttft_ms - rec.queue_ms - (rec.compress_ms or 0.0))
+            reply.on_close(learn)
+        return reply
+
+    async def _compress(self, ctx: RequestContext, policy: CompressionPolicy, ratio: float,
+                        forced: bool) -> None:
+        """Compress ``ctx``'s body in place (a new body and raw bytes) when it pays; the
+        record says what happened."""
+        rec = ctx.record
+        rec.compress_skip = rec.compression = None
+        if not forced and len(ctx.raw) < policy.min_tokens * 4:  # bytes: cannot be long
+            rec.compress_skip = "short"
+            return
+        t0 = time.perf_counter()
+        found = plan(ctx.api.name, ctx.body, policy.system)
+        size = sum(estimate(s.text) for s in found.segments)
+        if not found.segments:
+            rec.compress_skip = "nothing_to_compress"
+            return
+        if not forced and size < policy.min_tokens:
+            rec.compress_skip = "short"
+            return
+        compressor = self.state.compressor(policy.compressor_ms_per_1k_tokens)
+        if not forced and policy.gate == "net_positive":
+            rate = policy.prefill_ms_per_token.get(ctx.target)
+            if rate is None:
+                rate = self.state.prefill(ctx.target).ms_per_token
+            decision = decide(size, ratio, rate, compressor.ms_per_1k,
+                              margin_ms=policy.margin_ms, cost_weight=policy.cost_weight)
+            if not decision.compress:
+                rec.compress_skip = decision.skip
+                return
+        count = self._counter(ctx.target)
+        body: dict[str, Any] = orjson.loads(orjson.dumps(ctx.body))  # a copy to write into
+        found = plan(ctx.api.name, body, policy.system)
+        before = after = 0
+        try:
+            for segment in found.segments:
+                result = await compress(segment.text, found.question, ratio, self.state.embed,
+                                        count, policy.reorder, pinned=segment.pinned)
+                before += result.tokens_before
+                after += result.tokens_after
+                segment.write(result.text)
+        except Exception as exc:  # noqa: BLE001 - a compressor bug must not fail the request
+            log.warning("compression_failed", request_id=rec.request_id,
+                        error=type(exc).__name__)
+            rec.compress_skip = "error"
+            return
+        ms = (time.perf_counter() - t0) * 1000
+        compressor.observe(size, ms)
+        rec.tokens_before, rec.tokens_after = before, after
+        rec.compress_ms = round(ms, 3)
+        if after >= before:
+            rec.compress_skip = "no_gain"
+            return
+        rec.compression = round(before / max(after, 1), 3)
+        ctx.body, ctx.raw = body, orjson.dumps(body)
+        ctx.response_headers[:] = [h for h in ctx.response_headers
+                                   if h[0] != b"x-gateway-compression"]
+        ctx.response_headers.append((b"x-gateway-compression", f"{rec.compression:.2f}".encode()))
+
+    def _counter(self, model: str) -> CountTokens:
+        route = self.models.routes.get(model)
+        if route is None or not route.targets:
+            return estimate
+        name = route.targets[0].upstream
+        upstream = self.upstreams.get(name)
+        if upstream is None:
+            return estimate
+        engine = getattr(upstream, "engine", None)
+        return self.state.counter(name, upstream.api,
+                                  getattr(engine, "model", None) if engine else None)
