@@ -10,7 +10,7 @@ gate compresses only when::
 
 ``saved_tokens`` is the compressible tokens x (1 - 1 / target_ratio); ``prefill_ms_per_token``
 is the upstream model's, set in the policy or learned online (:class:`PrefillRate`, the slope
-of its time to first token against its prompt tokens); ``compressor_ms`` is the compressor's
+of its time to first token against its prompt tokens, at its lower confidence bound); ``compressor_ms`` is the compressor's
 learned ms per 1,000 tokens (:class:`CompressorRate`) x the compressible tokens / 1000;
 ``cost_weight``: the milliseconds of latency an operator trades for 1,000 input tokens not
 billed (0: latency only). Pure, apart from the learned rates' state.
@@ -58,17 +58,18 @@ def decide(tokens: int, target_ratio: float, prefill_ms_per_token: float | None,
 class PrefillRate:
     """A model's prefill time per prompt token (ms), learned from what it answers: the
     least-squares slope of time to first token (ms, queueing excluded) against prompt tokens
-    over the last ``window`` streamed answers. Unknown (None) until ``min_samples`` were seen
-    with prompt lengths spread enough to fit a slope (coefficient of variation at least
-    ``min_spread``): a single prompt length cannot tell the fixed cost from the per-token
-    one, and taking time / tokens would credit network and queueing time to prefill."""
+    over the last ``window`` streamed answers, taken at its lower confidence bound (slope -
+    ``z`` standard errors, at least 0). Time / tokens would credit network and queueing time
+    to prefill; the slope does not, and the bound keeps a noisy fit (a fast hosted model,
+    whose prefill is lost in network jitter) from claiming a saving it cannot show. None
+    until ``min_samples`` answers of at least two prompt lengths were seen."""
 
-    __slots__ = ("_points", "min_samples", "min_spread")
+    __slots__ = ("_points", "min_samples", "z")
 
-    def __init__(self, window: int = 256, min_samples: int = 8, min_spread: float = 0.2) -> None:
+    def __init__(self, window: int = 256, min_samples: int = 8, z: float = 2.0) -> None:
         self._points: collections.deque[tuple[int, float]] = collections.deque(maxlen=window)
         self.min_samples = min_samples
-        self.min_spread = min_spread
+        self.z = z
 
     def observe(self, prompt_tokens: int, ttft_ms: float) -> None:
         if prompt_tokens > 0 and ttft_ms >= 0 and math.isfinite(ttft_ms):
@@ -78,15 +79,17 @@ class PrefillRate:
     def ms_per_token(self) -> float | None:
         points = self._points
         n = len(points)
-        if n < self.min_samples:
+        if n < max(self.min_samples, 3):
             return None
         mean_x = sum(x for x, _ in points) / n
         mean_y = sum(y for _, y in points) / n
         sxx = sum((x - mean_x) ** 2 for x, _ in points)
-        if math.sqrt(sxx / n) < self.min_spread * mean_x:
+        if sxx == 0:
             return None
-        sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
-        return max(0.0, sxy / sxx)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+        residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points)
+        stderr = math.sqrt(residual / (n - 2) / sxx)
+        return max(0.0, slope - self.z * stderr)
 
 
 class CompressorRate:

@@ -36,6 +36,14 @@ def test_the_prefill_rate_is_the_slope_not_the_mean():
     assert rate.ms_per_token == pytest.approx(0.5)
 
 
+def test_a_noisy_fit_claims_no_saving():
+    rate = PrefillRate(min_samples=4)
+    for tokens, ttft in ((1000, 400.0), (1100, 250.0), (1200, 420.0), (1300, 260.0),
+                         (1400, 430.0), (1500, 270.0)):  # network jitter, prefill invisible
+        rate.observe(tokens, ttft)
+    assert rate.ms_per_token == 0.0
+
+
 def test_the_prefill_rate_is_unknown_until_lengths_vary():
     rate = PrefillRate(min_samples=4)
     for _ in range(10):
