@@ -125,7 +125,8 @@ def create_app(
         return _json(body, 200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
-        return Response(gw.metrics.render(),
+        ready = [name for name in gw.engine_metrics.engines if gw.upstreams[name].ready]
+        return Response(gw.metrics.render() + await gw.engine_metrics.render(ready),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def purge(request: Request) -> Response:

@@ -24,6 +24,7 @@ from gateway.compression.state import CompressionState
 from gateway.config import CacheConfig, Config, Target, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
 from gateway.embedding import Embed, LoadEmbedder
+from gateway.engine_metrics import EngineScraper
 from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
@@ -130,6 +131,13 @@ class Gateway:
             self.metrics.watch_cache(self.cache)
         #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
         self.prompt_memory = PromptMemory()
+        #: The local engines' /metrics, served on the gateway's (one scrape target).
+        from gateway.upstreams.local import LocalUpstream
+
+        self.engine_metrics = EngineScraper({
+            name: f"http://127.0.0.1:{u.port}/metrics" for name, u in self.upstreams.items()
+            if isinstance(u, LocalUpstream)})
+        self.metrics.registry.register(self.engine_metrics.collector())
         #: The compress stage's learned rates and token counters (kept across reloads).
         self.compression = CompressionState(embed)
         self._terminal = Dispatch(self.dispatcher, self.models)
@@ -212,5 +220,6 @@ class Gateway:
             await self.cache.aclose()
         if self._stop_embedder is not None:
             self._stop_embedder()
+        await self.engine_metrics.aclose()
         for upstream in self.upstreams.values():
             await upstream.aclose()

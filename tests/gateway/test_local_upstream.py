@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import anthropic
+import httpx
 import openai
 import pytest
 import torch
@@ -88,6 +89,13 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
                                     messages=[{"role": "user", "content": "hello"}]) as events:
             assert "".join(events.text_stream) == m.content[0].text
             assert events.get_final_message().usage.output_tokens == m.usage.output_tokens
+        # One scrape target: the engine's own metrics, labelled with its upstream.
+        metrics = httpx.get(srv.url + "/metrics").text
+        assert 'engine_requests_finished_total{reason="length",upstream="engine"}' in metrics \
+            or 'engine_requests_finished_total{reason="stop",upstream="engine"}' in metrics
+        assert 'engine_ttft_ms_count{upstream="engine"}' in metrics
+        assert 'gateway_engine_scrape_errors_total{upstream="engine"} 0.0' in metrics
+        assert "gateway_requests_total" in metrics
         process = upstream._process
         assert process is not None and process.returncode is None
         assert upstream.ready
