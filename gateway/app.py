@@ -118,6 +118,8 @@ def create_app(
         return _json({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
+        if gw.drain.draining:
+            return _json({"status": "draining", "upstreams": []}, 503)
         ready = gw.ready()
         body: dict[str, Any] = {"status": "ready" if ready else "not_ready", "upstreams": ready}
         if gw.cache is not None:  # "exact" while the embedding model is still loading

@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import math
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from gateway.auth import Authenticator
 from gateway.config import load_config
@@ -45,7 +47,17 @@ def _serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
-    uvicorn.run(
+    drain_s = config.server.drain_timeout_s
+
+    class Server(uvicorn.Server):
+        """uvicorn, draining first on SIGTERM/SIGINT (gateway.drain): /readyz turns 503,
+        new requests are refused, requests in flight get until the drain deadline."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            app.gateway.drain.begin_threadsafe(drain_s)
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(
         app,
         host=args.host or config.server.host,
         port=args.port if args.port is not None else config.server.port,
@@ -56,8 +68,9 @@ def _serve(args: argparse.Namespace) -> int:
         server_header=False,
         log_level="warning",
         lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
+        # Past the drain deadline every request has ended; this only bounds the rest.
+        timeout_graceful_shutdown=math.ceil(drain_s) + 1,
+    )).run()
     return 0
 
 

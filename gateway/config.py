@@ -41,6 +41,9 @@ class ServerConfig:
     policy: str = "policies/default.toml"
     #: Watch the policy file and swap in valid edits without a restart.
     policy_reload: bool = True
+    #: SIGTERM: how long requests in flight may take to finish (s); then streams end with
+    #: an error event and the process exits (see gateway.drain).
+    drain_timeout_s: float = bounded(25.0, ge=0.0, le=3600.0)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ ends (never a fake ``[DONE]`` or ``message_stop``). Errors are in the client's f
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -68,7 +69,13 @@ class ModelEndpoint:
         extra: Headers = [(b"x-request-id", rec.request_id.encode())]
         sending = _Sending(send, rec, extra, api)
         gw.metrics.in_flight += 1
+        drain = gw.drain
+        task = asyncio.current_task()
+        assert task is not None
+        drain.tasks.add(task)
         try:
+            if drain.draining:
+                raise drain.error()
             rec.key_id = gw.auth.check(headers)
             raw = await read_body(receive, gw.config.server.max_body_bytes,
                                   _content_length(headers))
@@ -94,6 +101,11 @@ class ModelEndpoint:
         except ClientDisconnected:
             rec.cancelled = True
             rec.status = 499  # nginx's "client closed request"
+        except asyncio.CancelledError:
+            if not drain.expired:
+                raise
+            task.uncancel()  # ended by the drain deadline (gateway.drain): say so
+            await sending.abort(drain.error())
         except Shed as exc:  # no admission stage to turn it into a degraded answer
             rec.shed = exc.reason
             await sending.error(exc.overloaded())
@@ -103,6 +115,7 @@ class ModelEndpoint:
             log.exception("unhandled_error", request_id=rec.request_id, route=self.route)
             await sending.error(GatewayError("internal gateway error"))
         finally:
+            drain.tasks.discard(task)
             gw.metrics.in_flight -= 1
             rec.finish()
             gw.metrics.observe(rec)
@@ -112,7 +125,7 @@ class ModelEndpoint:
 class _Sending:
     """Sends one request's reply (or error) to the client, and ends the reply."""
 
-    __slots__ = ("api", "extra", "rec", "send", "started")
+    __slots__ = ("api", "extra", "rec", "send", "started", "streaming")
 
     def __init__(self, send: Send, rec: RequestRecord, extra: Headers, api: ApiFormat) -> None:
         self.send = send
@@ -120,6 +133,7 @@ class _Sending:
         self.extra = extra  # the context's response headers: the same list
         self.api = api
         self.started = False
+        self.streaming = False  # a relayed stream is under way
 
     async def whole(self, reply: Reply) -> None:
         """Send a complete reply (JSON, or a whole SSE stream)."""
@@ -147,6 +161,17 @@ class _Sending:
             headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
             await send_bytes(self.send, rec.status, api.error_body(exc), headers)
 
+    async def abort(self, exc: GatewayError) -> None:
+        """End the reply with ``exc``: an error answer, or an error event ending a stream
+        under way (a whole reply already started is left to close)."""
+        if not self.started:
+            await self.error(exc)
+            return
+        self.rec.error_type, self.rec.error_code = exc.type, exc.code
+        if self.streaming:
+            await self.send({"type": "http.response.body", "body": self.api.error_event(exc),
+                             "more_body": False})
+
     async def _start(self, status: int, headers: Headers) -> None:
         self.started = True
         await self.send({"type": "http.response.start", "status": status,
@@ -161,6 +186,7 @@ class _Sending:
         rec.status = 200
         failed = delivered = False  # failed: the upstream broke the stream
         try:
+            self.streaming = True
             await self._start(200, _SSE_HEADERS + reply.headers)
             try:
                 chunk, chunks = stream.first, stream.chunks

@@ -23,6 +23,7 @@ from gateway.cache.verifier import ARTIFACT, Verifier
 from gateway.compression.state import CompressionState
 from gateway.config import CacheConfig, Config, Target, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
+from gateway.drain import Drain
 from gateway.embedding import Embed, LoadEmbedder
 from gateway.engine_metrics import EngineScraper
 from gateway.errors import ModelNotFound
@@ -131,6 +132,8 @@ class Gateway:
             self.metrics.watch_cache(self.cache)
         #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
         self.prompt_memory = PromptMemory()
+        #: Graceful shutdown (SIGTERM): see gateway.drain.
+        self.drain = Drain()
         #: The local engines' /metrics, served on the gateway's (one scrape target).
         from gateway.upstreams.local import LocalUpstream
 
@@ -195,6 +198,7 @@ class Gateway:
         return None
 
     async def start(self) -> None:
+        self.drain.attach(asyncio.get_running_loop())
         for upstream in self.upstreams.values():
             if upstream.enabled:
                 await upstream.start()
