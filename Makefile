@@ -23,8 +23,10 @@ run: $(STAMP)
 	$(VENV)/bin/gateway serve --config $(CONFIG)
 
 # The Redis tests run redis-stack-server from its wheel; it needs Debian 11's libssl1.1.
+# The deploy tests check the Prometheus rules with promtool, from Debian 12's prometheus.
 test: $(STAMP)
 	scripts/fetch-libssl.sh
+	scripts/fetch-promtool.sh
 	$(PY) -m pytest -q
 
 # mypy --strict over the files pyproject.toml names: gateway, local_engine, llm_wire.
