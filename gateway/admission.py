@@ -14,6 +14,11 @@ On top of the upstreams' limiters: :class:`EntryLimits` (requests in flight per 
 and gateway-wide, checked on arrival) and :class:`ModelLimiters` (a public model's own
 ``model_max_concurrency``). All state lives on the event-loop thread.
 
+An upstream that knows its capacity (the local engine batches at most ``max_num_seqs``
+sequences; more only wait inside it, out of the gateway's reach) is admitted to match it by
+default (:meth:`AdmissionPolicy.for_capacity`): an adaptive limit capped at its capacity
+and no queue, so a flood is shed at once, labelled, instead of waiting past client timeouts.
+
 The limit is static, or adaptive by AIMD as in Netflix's concurrency-limits (AIMDLimit):
 +1 per sample while the limit is in use, x ``backoff`` on an error, a timeout, or latency
 over ``latency_target_ms`` (the sample is the TTFT for streams, the whole response otherwise).
@@ -63,6 +68,18 @@ class AdmissionPolicy:
     model_max_concurrency: dict[str, int] = field(default_factory=dict)
     #: Priority by gateway key id; otherwise the x-gateway-priority header, else "normal".
     key_priority: dict[str, Priority] = field(default_factory=dict)
+    #: Upstreams that know their capacity (the local engine: ``max_num_seqs``) admit to
+    #: match it: an AIMD limit that starts at and never exceeds the capacity, and no queue
+    #: (a request beyond it is shed at once, since the engine would only queue it).
+    capacity_aware: bool = True
+
+    def for_capacity(self, capacity: int | None) -> AdmissionPolicy:
+        """The policy an upstream of this ``capacity`` (None: unknown) is admitted under."""
+        if capacity is None or not self.capacity_aware:
+            return self
+        limit = max(self.min_concurrency, capacity)
+        return dataclasses.replace(self, limiter="aimd", max_concurrency=limit,
+                                   max_limit=limit, max_queue=0)
 
 
 class Shed(Exception):

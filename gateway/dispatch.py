@@ -103,16 +103,16 @@ class Opened:
 class Guard:
     """An upstream's admission limiter and circuit breaker, updated in place on reload."""
 
-    def __init__(self, policy: Policy):
-        self.limiter = Limiter(policy.admission)
+    def __init__(self, policy: Policy, capacity: int | None = None):
+        self.capacity = capacity
+        self.limiter = Limiter(policy.admission.for_capacity(capacity))
         self.breaker = Breaker(policy.breaker)
 
     def update(self, policy: Policy) -> None:
-        old = self.limiter.policy
-        self.limiter.policy = policy.admission
-        if (old.limiter, old.max_concurrency) != (policy.admission.limiter,
-                                                  policy.admission.max_concurrency):
-            self.limiter.limit = float(policy.admission.max_concurrency)
+        old, new = self.limiter.policy, policy.admission.for_capacity(self.capacity)
+        self.limiter.policy = new
+        if (old.limiter, old.max_concurrency) != (new.limiter, new.max_concurrency):
+            self.limiter.limit = float(new.max_concurrency)
         self.breaker.policy = policy.breaker
 
 
@@ -153,7 +153,7 @@ class Dispatcher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ):
         self.upstreams = upstreams
-        self.guards = {name: Guard(policy) for name in upstreams}
+        self.guards = {name: Guard(policy, u.capacity) for name, u in upstreams.items()}
         self.budget = RetryBudget(policy.retry_budget)
         self._rand = rand
         self._sleep = sleep

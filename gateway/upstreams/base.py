@@ -73,6 +73,9 @@ class Upstream(abc.ABC):
     name: str
     #: The wire format it speaks: "openai" (Chat Completions) or "anthropic" (Messages).
     api: str = "openai"
+    #: Requests it serves at once at most, when it knows (the local engine's max_num_seqs);
+    #: admission matches it (gateway.admission.AdmissionPolicy.for_capacity).
+    capacity: int | None = None
 
     @property
     def enabled(self) -> bool:

@@ -52,6 +52,7 @@ class LocalUpstream(OpenAIUpstream):
     def __init__(self, name: str, config: UpstreamConfig):
         self.engine = config.engine
         self.port = self.engine.port or free_port()
+        self.capacity = self.engine.max_num_seqs
         super().__init__(name, config)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._process: asyncio.subprocess.Process | None = None

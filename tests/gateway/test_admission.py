@@ -127,3 +127,25 @@ async def test_static_limit_ignores_samples():
     slot.sample(False, 1e6)
     assert lim.limit == 2
     slot.release()
+
+
+def test_an_upstream_that_knows_its_capacity_is_admitted_to_match_it():
+    policy = AdmissionPolicy(max_concurrency=256, max_queue=256)
+    engine = policy.for_capacity(32)
+    assert (engine.limiter, engine.max_concurrency, engine.max_limit, engine.max_queue) == \
+        ("aimd", 32, 32, 0)
+    assert policy.for_capacity(None) is policy
+    assert AdmissionPolicy(capacity_aware=False).for_capacity(32).max_concurrency == 256
+
+
+async def test_beyond_its_capacity_a_request_is_shed_at_once():
+    limiter = Limiter(AdmissionPolicy().for_capacity(2))
+    slots = [await limiter.acquire(), await limiter.acquire()]
+    with pytest.raises(Shed) as shed:
+        await limiter.acquire()
+    assert shed.value.reason == "queue_full"
+    for _ in range(5):  # fast answers never lift the limit past the capacity
+        slots[0].sample(True, 1.0)
+    assert limiter.limit == 2
+    for slot in slots:
+        slot.release()

@@ -1,0 +1,179 @@
+"""A flood against `make run`'s stack: the embedded defaults (gateway.example.toml and its
+policy, the local engine serving SmolLM2-135M) under many more clients than the engine
+batches.
+
+First the unloaded latency: ``--warm`` requests one at a time (their p50 is the yardstick).
+Then ``--clients`` closed-loop clients (96) for ``--seconds`` (20), each sending one request
+after another: a unique prompt, ``max_tokens`` 16, a ``--timeout-s`` (30) client timeout; a
+shed answer's ``Retry-After`` is waited out first, as the openai and anthropic SDKs do. Every
+answer is sorted: admitted (200), shed (503/429, which must say why in
+``x-gateway-degraded``), a client timeout, or another failure.
+
+Targets (issue 16): no client timeouts; shed answers labelled, their p99 at most 50 ms;
+admitted answers' p99 at most 4x the unloaded p50.
+
+    python bench/flood.py [--clients 96] [--seconds 20] [--config gateway.example.toml]
+
+Prints a JSON document, then one summary line starting ``flood:``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from processes import ROOT, free_port, stop, wait_ready
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))], 1)
+
+
+def start(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config),
+               "--port", str(port)]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, cwd=ROOT, stdout=out)
+
+
+async def one(session: aiohttp.ClientSession, url: str, prompt: str, timeout_s: float
+              ) -> tuple[str, float, str | None, float]:
+    """(outcome, ms, degraded label, Retry-After s): outcome ok | shed | timeout |
+    error:<status>."""
+    body = orjson.dumps({"model": "smollm2", "max_tokens": 16, "temperature": 0,
+                         "messages": [{"role": "user", "content": prompt}]})
+    t0 = time.perf_counter()
+    try:
+        async with session.post(url, data=body, headers={"content-type": "application/json"},
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            await r.read()
+            ms = (time.perf_counter() - t0) * 1000
+            label = r.headers.get("x-gateway-degraded")
+            try:
+                retry_after = float(r.headers.get("retry-after", 0))
+            except ValueError:
+                retry_after = 0.0
+            if r.status == 200:
+                return "ok", ms, label, 0.0
+            if r.status in (429, 503, 529):
+                return "shed", ms, label, retry_after
+            return f"error:{r.status}", ms, label, retry_after
+    except TimeoutError:
+        return "timeout", (time.perf_counter() - t0) * 1000, None, 0.0
+    except aiohttp.ClientError as exc:
+        return f"error:{type(exc).__name__}", (time.perf_counter() - t0) * 1000, None, 0.0
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = start(Path(args.config).resolve(), port, Path(tmp) / "gateway.log")
+        try:
+            await wait_ready(f"http://127.0.0.1:{port}/readyz", timeout=300)
+            counter = itertools.count()
+
+            def prompt() -> str:
+                n = next(counter)
+                return f"Request {n}: name {n % 7 + 2} rivers in country number {n}."
+
+            async with aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=0)) as session:
+                for _ in range(3):  # engine warm-up, not measured
+                    await one(session, url, prompt(), args.timeout_s)
+                unloaded = [(await one(session, url, prompt(), args.timeout_s))[1]
+                            for _ in range(args.warm)]
+                results: list[tuple[str, float, str | None, float]] = []
+                stop_at = time.perf_counter() + args.seconds
+
+                async def client() -> None:
+                    # As the official SDKs do: a shed answer's Retry-After is waited out
+                    # before the next request (capped, so the run stays in its window).
+                    while time.perf_counter() < stop_at:
+                        result = await one(session, url, prompt(), args.timeout_s)
+                        results.append(result)
+                        if result[3]:
+                            await asyncio.sleep(min(result[3], max(
+                                0.0, stop_at - time.perf_counter())))
+
+                await asyncio.gather(*(client() for _ in range(args.clients)))
+        finally:
+            stop([proc])
+            server_shed = []
+            for line in (Path(tmp) / "gateway.log").read_bytes().splitlines():
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and rec.get("status") in (429, 503):
+                    server_shed.append(float(rec["total_ms"]))
+    ok = [ms for outcome, ms, _, _ in results if outcome == "ok"]
+    shed = [ms for outcome, ms, _, _ in results if outcome == "shed"]
+    unlabelled = sum(1 for outcome, _, label, _ in results if outcome == "shed" and not label)
+    outcomes: dict[str, int] = {}
+    for outcome, _, _, _ in results:
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    labels: dict[str, int] = {}
+    for _, _, label, _ in results:
+        if label:
+            labels[label] = labels.get(label, 0) + 1
+    unloaded_p50 = statistics.median(unloaded)
+    admitted_p99 = pct(ok, 0.99)
+    shed_p99 = pct(shed, 0.99)
+    return {
+        "config": args.config, "clients": args.clients, "seconds": args.seconds,
+        "unloaded_ms": {"p50": round(unloaded_p50, 1), "p99": pct(unloaded, 0.99)},
+        "outcomes": outcomes, "degraded_labels": labels, "unlabelled_sheds": unlabelled,
+        "admitted_ms": {"p50": pct(ok, 0.5), "p99": admitted_p99},
+        "shed_ms": {"p50": pct(shed, 0.5), "p99": shed_p99},
+        "shed_ms_in_gateway": {"p50": pct(server_shed, 0.5), "p99": pct(server_shed, 0.99)},
+        "goodput_rps": round(len(ok) / args.seconds, 2),
+        "admitted_p99_over_unloaded_p50": (round(admitted_p99 / unloaded_p50, 2)
+                                           if admitted_p99 else None),
+        "targets": {
+            "no_timeouts": outcomes.get("timeout", 0) == 0,
+            "sheds_labelled": unlabelled == 0,
+            "shed_p99_le_50ms": shed_p99 is None or shed_p99 <= 50,
+            "admitted_p99_le_4x_unloaded_p50": bool(admitted_p99)
+            and admitted_p99 <= 4 * unloaded_p50,
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "gateway.example.toml"))
+    parser.add_argument("--clients", type=int, default=96)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warm", type=int, default=10)
+    parser.add_argument("--timeout-s", type=float, default=30.0)
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    t = result["targets"]
+    print(f"flood: {result['outcomes']} unloaded p50 {result['unloaded_ms']['p50']} ms; "
+          f"admitted p99 {result['admitted_ms']['p99']} ms "
+          f"({result['admitted_p99_over_unloaded_p50']}x, <=4x "
+          f"{'yes' if t['admitted_p99_le_4x_unloaded_p50'] else 'NO'}); shed p99 "
+          f"{result['shed_ms']['p99']} ms (<=50 {'yes' if t['shed_p99_le_50ms'] else 'NO'}); "
+          f"timeouts {result['outcomes'].get('timeout', 0)} "
+          f"({'yes' if t['no_timeouts'] else 'NO'}); labelled "
+          f"{'yes' if t['sheds_labelled'] else 'NO'}")
+    return 0 if all(t.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
