@@ -27,6 +27,7 @@ run: $(STAMP)
 test: $(STAMP)
 	scripts/fetch-libssl.sh
 	scripts/fetch-promtool.sh
+	scripts/fetch-chromium.sh
 	$(PY) -m pytest -q
 
 # mypy --strict over the files pyproject.toml names: gateway, local_engine, llm_wire.
