@@ -7,6 +7,7 @@ and the policy-sync sidecar keeps the policy live across repeated ConfigMap upda
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import shutil
@@ -80,6 +81,7 @@ def test_the_validator_rejects_a_misspelt_field() -> None:
         kubernetes_validate.validate(broken, VERSIONS[0], strict=True)
 
 
+@functools.cache
 def _kustomize() -> list[str] | None:
     if shutil.which("kustomize"):
         return ["kustomize", "build"]
