@@ -7,8 +7,9 @@
     gateway cache calibrate|eval|purge|train ...
     gateway route eval|train ...
     gateway prompt-cache report LOG [--json] ...
+    gateway report LOG... [--out FILE.html] [--json] [--prices FILE]
 
-The last four are offline tools (:mod:`gateway.tools`): only the one a command line names is
+The last five are offline tools (:mod:`gateway.tools`): only the one a command line names is
 imported, so ``gateway serve`` never loads them.
 """
 
@@ -107,6 +108,8 @@ _TOOLS = {
     "route": ("gateway.tools.route_cli", "audit or retrain the difficulty router"),
     "prompt-cache": ("gateway.tools.prompt_cache_report",
                      "report the providers' prompt-cache reads, writes and savings from a log"),
+    "report": ("gateway.tools.report",
+               "a dashboard page (HTML, inline plots) or JSON aggregates from request logs"),
 }
 
 
