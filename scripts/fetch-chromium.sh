@@ -14,6 +14,6 @@ if [ "$(id -u)" -ne 0 ]; then
     sudo=(sudo -n)
 fi
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get -qq update
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends chromium >/dev/null
+"${sudo[@]}" apt-get -qq -o DPkg::Lock::Timeout=300 update
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends chromium >/dev/null
 echo "$(chromium --version 2>/dev/null) installed"
