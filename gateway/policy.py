@@ -359,12 +359,24 @@ class PolicyStore:
             return self._cond.wait_for(lambda: self.generation > after, timeout)
 
     async def watch(self, ready: asyncio.Event | None = None) -> None:
-        """Reload whenever the file changes (editors' atomic renames included)."""
-        target = self.path.resolve()
+        """Reload whenever the file changes: editors' atomic renames, and a Kubernetes
+        ConfigMap volume's updates (the file is a symlink through ``..data`` into a
+        timestamped folder that each update replaces), so the folder the path names is
+        watched, recursively, and the file's current target is looked up on each change."""
+        folder = self.path.absolute().parent
+        folders = [folder]
+        if not self.path.resolve().is_relative_to(folder.resolve()):
+            folders.append(self.path.resolve().parent)  # a symlink to a file elsewhere
+
+        def relevant(_change: watchfiles.Change, changed: str) -> bool:
+            path = Path(changed)
+            return (path.name == self.path.name or path.name.startswith("..")
+                    or path == self.path.resolve())
+
         with contextlib.suppress(asyncio.CancelledError):
             watcher = watchfiles.awatch(
-                target.parent,
-                watch_filter=lambda _change, p: Path(p) == target,
+                *folders,
+                watch_filter=relevant,
                 debounce=50,
                 step=20,
                 yield_on_timeout=True,
