@@ -1,6 +1,6 @@
 """Coarse prompt compression (gateway.compression), offline: what survives, and what it costs.
 
-    python bench/compression.py [--split test] [--limit N] [--timing 30]
+    python bench/compression.py [--split test] [--limit N] [--timing 30] [--e2e 9]
     python bench/compression.py --tune [--limit N]      # dev only: pick the rank weights
 
 Data (``../shared/data/compression``; dev = items whose question's SHA-1 hex digest starts
@@ -30,9 +30,15 @@ the gold passage or record kept at 4x, then 2x, then the fewest characters embed
 cost), then the gold passage's mean reciprocal rank, and prints the table; the shipped
 ``gateway.compression.rank.WEIGHTS`` is its best row.
 
+End to end (``--e2e N`` items, 0 skips; ``bench/compression_e2e.py``): the local engine
+(SmolLM2-135M-Instruct) answers N test items uncompressed, 2x and 4x (accuracy, TTFT), and
+the net-positive gate decides on those prompts and a mix of 2-40 documents, for the engine
+(prefill rate learned from its TTFTs) and hosted models (``--hosted-ms-per-token``, set),
+each decision judged against the compressor time and prefill time actually spent and saved.
+
 Prints a JSON document, then one summary line starting ``compression:`` with the issue's
 targets: 4x retention >= 95% averaged over positions and >= 90% at each, >= 20 points above
-random drop; 2x >= 99%; KV 100%; <= 100 ms per 1k tokens.
+random drop; 2x >= 99%; KV 100%; <= 100 ms per 1k tokens; no prompt compressed at a loss.
 """
 
 from __future__ import annotations
@@ -64,7 +70,13 @@ from compression_data import (
     kv_items,
     normalize,
     nq_items,
+    random_drop,
+    rate,
+    truncate,
 )
+from compression_e2e import checks as e2e_checks
+from compression_e2e import run as run_e2e
+from compression_e2e import summary_parts as e2e_parts
 
 from gateway.compression import compress
 from gateway.compression.rank import WEIGHTS, dense, exact, lexical
@@ -109,30 +121,6 @@ def load_embedder() -> Any:
     from local_engine.embedder import Embedder
 
     return Embedder.load()
-
-
-def rate(hits: list[bool]) -> float:
-    return round(sum(hits) / len(hits), 4) if hits else float("nan")
-
-
-def truncate(text: str, tokens: int, encoding: Any) -> str:
-    return str(encoding.decode(encoding.encode(text, disallowed_special=())[:tokens]))
-
-
-def random_drop(item: Item, position: int, tokens: int, count: Any, rng: random.Random
-                ) -> str:
-    """Documents drawn in a random order, each kept if it still fits ``tokens``; written in
-    the context's order."""
-    docs = item.documents(position)
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    kept, spent = [], 0
-    for i in order:
-        cost = count(docs[i] + "\n")
-        if spent + cost <= tokens:
-            kept.append(i)
-            spent += cost
-    return "\n".join(docs[i] for i in sorted(kept))
 
 
 async def nq_retention(items: list[Item], embed: Any, count: Any) -> dict[str, Any]:
@@ -289,8 +277,8 @@ async def tune(items: list[Item], kv: list[dict[str, Any]], embed: Any, count: A
                 and r["exact"] == 1.0 and r["embed_chars"] == grid_chars[0])}
 
 
-def acceptance(nq: dict[str, Any], kv: dict[str, Any], times: dict[str, Any]
-               ) -> dict[str, Any]:
+def acceptance(nq: dict[str, Any], kv: dict[str, Any], times: dict[str, Any],
+               extra: dict[str, Any]) -> dict[str, Any]:
     four, two = nq["4x"], nq["2x"]
     checks: dict[str, Any] = {
         "4x_mean_over_positions": {"value": four["compress"]["mean_over_positions"],
@@ -307,12 +295,13 @@ def acceptance(nq: dict[str, Any], kv: dict[str, Any], times: dict[str, Any]
         c["holds"] = c["value"] >= c["min"]
     worst = max(times[k]["ms_per_1k_tokens_p50"] for k in ("nq", "kv") if k in times)
     checks["ms_per_1k_tokens"] = {"value": worst, "max": 100.0, "holds": worst <= 100.0}
+    checks |= extra
     checks["all_hold"] = all(c["holds"] for c in checks.values())
     return checks
 
 
 def summary_line(nq: dict[str, Any], kv: dict[str, Any], times: dict[str, Any],
-                 checks: dict[str, Any]) -> str:
+                 checks: dict[str, Any], extra: list[str]) -> str:
     def yn(name: str) -> str:
         return "yes" if checks[name]["holds"] else "NO"
 
@@ -331,6 +320,7 @@ def summary_line(nq: dict[str, Any], kv: dict[str, Any], times: dict[str, Any],
     parts.append(f"CPU ms per 1k tokens p50 NQ {times['nq']['ms_per_1k_tokens_p50']} "
                  f"(embedding {times['nq']['embedding_share']:.0%}), KV "
                  f"{times['kv']['ms_per_1k_tokens_p50']} (<= 100: {yn('ms_per_1k_tokens')})")
+    parts += extra
     parts.append(f"all hold: {'yes' if checks['all_hold'] else 'NO'}")
     return "compression: " + "; ".join(parts)
 
@@ -359,13 +349,15 @@ async def main_async(args: argparse.Namespace) -> int:
                              embedder, count)
     finally:
         memo.save()
-    checks = acceptance(nq, kvr, times)
+    e2e = await run_e2e(items, embedder, args.e2e, times["nq"]["ms_per_1k_tokens_p50"],
+                        args.hosted_ms_per_token) if args.e2e else {}
+    checks = acceptance(nq, kvr, times, e2e_checks(e2e) if e2e else {})
     doc = {"bench": "compression", "split": args.split, "weights": {
         "dense": WEIGHTS.dense, "lexical": WEIGHTS.lexical, "exact": WEIGHTS.exact,
         "embed_chars": WEIGHTS.embed_chars}, "embedder": embedder.backend,
-        "nq": nq, "kv": kvr, "timing": times, "acceptance": checks}
+        "nq": nq, "kv": kvr, "timing": times, **e2e, "acceptance": checks}
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    print(summary_line(nq, kvr, times, checks))
+    print(summary_line(nq, kvr, times, checks, e2e_parts(e2e) if e2e else []))
     return 0
 
 
@@ -376,6 +368,10 @@ def main() -> int:
     parser.add_argument("--kv-limit", type=int, default=None, help="KV items (default: all)")
     parser.add_argument("--timing", type=int, default=30,
                         help="NQ contexts timed with live embedding (a third as many KV)")
+    parser.add_argument("--e2e", type=int, default=9,
+                        help="items read by the local engine, and the gate's run (0: skip)")
+    parser.add_argument("--hosted-ms-per-token", type=lambda v: tuple(map(float, v.split(","))),
+                        default=(0.02,), help="hosted prefill rates the gate is judged at")
     parser.add_argument("--tune", action="store_true", help="search the rank weights on dev")
     return asyncio.run(main_async(parser.parse_args()))
 

@@ -1,6 +1,7 @@
 """The compression bench's data: NQ-open 20-document contexts built as lost-in-the-middle
 does (Liu et al., TACL 2024) and KV retrieval records, split dev/test by SHA-1 (see
-``bench/compression.py``)."""
+``bench/compression.py``), and the baselines held against the compressor (truncation,
+random document drop)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,27 @@ def kv_context(records: list[list[str]]) -> str:
     last = len(records) - 1
     return "".join(("{" if i == 0 else " ") + f'"{k}": "{v}"' + (",\n" if i != last else "}")
                    for i, (k, v) in enumerate(records))
+
+
+def rate(hits: list[bool]) -> float:
+    return round(sum(hits) / len(hits), 4) if hits else float("nan")
+
+
+def truncate(text: str, tokens: int, encoding: Any) -> str:
+    return str(encoding.decode(encoding.encode(text, disallowed_special=())[:tokens]))
+
+
+def random_drop(item: Item, position: int, tokens: int, count: Any, rng: random.Random
+                ) -> str:
+    """Documents drawn in a random order, each kept if it still fits ``tokens``; written in
+    the context's order."""
+    docs = item.documents(position)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    kept, spent = [], 0
+    for i in order:
+        cost = count(docs[i] + "\n")
+        if spent + cost <= tokens:
+            kept.append(i)
+            spent += cost
+    return "\n".join(docs[i] for i in sorted(kept))
