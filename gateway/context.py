@@ -90,6 +90,10 @@ class RequestContext:
     #: Set by a stage that can answer an overloaded request at a lower standard (the cache's
     #: relaxed semantic hit): called with the degraded label, returns a reply or None.
     degraded_answer: Callable[[str], Awaitable[Reply | None]] | None = None
+    #: Set by a stage that sends something other than what the client asked (its context
+    #: compressed, another model serving it): the answer is not stored as the answer to
+    #: the client's request.
+    lossy: bool = False
     #: Set by a stage that can make an overloaded request cheaper (the compress stage's
     #: harder cut): called with the degraded label, returns whether the request changed.
     degraded_compress: Callable[[str], Awaitable[bool]] | None = None

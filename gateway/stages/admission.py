@@ -135,6 +135,7 @@ class AdmissionStage:
                 rec.shed = label
                 ctx.response_headers.append(header)
                 ctx.target = policy.reroute_model
+                ctx.lossy = True  # another model's answer: not cached as this one's
                 try:
                     return await self._admit(ctx, call_next)
                 except Shed as exc:

@@ -6,8 +6,10 @@ hit``, ``x-cache-similarity`` for a semantic one) in the caller's format: ``chat
 JSON or a chunk stream, an Anthropic message or its event stream; a
 miss or bypass says so in ``x-cache`` and goes on down the pipeline. What comes back is
 stored (in the background) only once the client has it whole: never an error, a truncated,
-broken or cancelled answer. Degraded mode may serve a near miss instead of shedding the
-request, at the policy's relaxed operating point (``x-gateway-degraded: cache:<reason>``).
+broken or cancelled answer, nor one to a request another stage changed (``ctx.lossy``: its
+context compressed, a degraded reroute to another model). Degraded mode may serve a near
+miss instead of shedding the request, at the policy's relaxed operating point
+(``x-gateway-degraded: cache:<reason>``).
 The machinery (keys, backends, verifier) is :mod:`gateway.cache`.
 """
 
@@ -59,7 +61,7 @@ class CacheStage:
                 return self._relaxed(ctx, lookup, policy, label)
             ctx.degraded_answer = relaxed
         reply = await call_next(ctx)
-        if lookup.store and lookup.hit is None and reply.status == 200:
+        if lookup.store and lookup.hit is None and reply.status == 200 and not ctx.lossy:
             self._store_when_delivered(ctx, reply, lookup, policy)
         return reply
 

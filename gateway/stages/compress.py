@@ -193,6 +193,7 @@ class CompressStage:
             return
         rec.compression = round(before / max(after, 1), 3)
         ctx.body, ctx.raw = body, orjson.dumps(body)
+        ctx.lossy = True  # not the answer to the client's whole context: never cached as such
         ctx.response_headers[:] = [h for h in ctx.response_headers
                                    if h[0] != b"x-gateway-compression"]
         ctx.response_headers.append((b"x-gateway-compression", f"{rec.compression:.2f}".encode()))

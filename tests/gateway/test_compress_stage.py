@@ -288,3 +288,16 @@ async def test_a_long_prompt_that_would_be_shed_is_compressed_harder_and_served(
     assert sent.endswith(QUESTION) and len(sent) < 4000
     served = [rec for rec in gw.logged(2) if rec["status"] == 200]
     assert served[0]["shed"] == "compressed:queue_full" and served[0]["compression"] > 4
+
+
+def test_an_answer_to_a_compressed_request_is_not_cached_as_the_whole_ones(make, fake):
+    gw = make(more='\n[cache]\nenabled = true\nbackend = "memory"\nsemantic = false\n')
+    first = ask(gw)  # compressed: the answer is to a quarter of the context
+    assert first.headers["x-cache"] == "miss" and "x-gateway-compression" in first.headers
+    second = ask(gw, extra_headers={"x-gateway-compress": "off"})
+    assert second.headers["x-cache"] == "miss"  # nothing was stored
+    assert fake.records[-1].json["messages"][0]["content"] == PROMPT
+    gw.logged(2)  # the second request is over: its store is under way
+    gw.run(gw.gateway.cache.drain())
+    third = ask(gw, extra_headers={"x-gateway-compress": "off"})
+    assert third.headers["x-cache"] == "hit"  # the whole context's answer was
