@@ -6,7 +6,8 @@ Reads the gateway's JSON request lines (``"event": "request"``, :mod:`gateway.re
 from each LOG with DuckDB's JSON reader (``.gz`` files too); every other line (the
 gateway's other events, uvicorn's, anything malformed) is skipped and counted. A field that
 is absent, null or of the wrong type counts as missing, so logs of a gateway with no cache
-or no routing give empty sections, not errors. ``--out`` writes one self-contained HTML page
+or no routing give empty sections, not errors. A client that went away (499) is counted as
+cancelled, not as an error. ``--out`` writes one self-contained HTML page
 (inline SVG plots, no network: :mod:`gateway.tools.report_html`); ``--json`` prints the
 aggregates (:func:`aggregate`). Percentiles interpolate linearly (DuckDB ``quantile_cont``).
 
@@ -59,7 +60,7 @@ SELECT * FROM read_json($files, format = 'newline_delimited', ignore_errors = tr
 _REQUESTS = """
 CREATE TEMP TABLE r AS
 SELECT *, epoch(try_cast(ts AS TIMESTAMPTZ)) AS t,
-       status >= 400 OR error_type IS NOT NULL AS failed,
+       (status >= 400 AND status <> 499) OR error_type IS NOT NULL AS failed,
        coalesce(cache = 'hit', false) AS hit,
        coalesce(cache_read_tokens, cached_tokens) AS read_tokens
 FROM lines WHERE coalesce(event, 'request') = 'request' AND request_id IS NOT NULL

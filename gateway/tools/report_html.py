@@ -139,6 +139,7 @@ def _tiles(report: dict[str, Any]) -> str:
         ("requests", f"{s['requests']:,}"),
         ("errors", _or_dash(s["error_rate"], _pct)),
         ("shed", _or_dash(s["shed_rate"], _pct)),
+        ("cancelled by the client", f"{s['cancelled']:,}"),
         ("latency p50 / p99", " / ".join(_or_dash(lat["total"][p], _ms) for p in ("p50", "p99"))),
         ("TTFT p50 / p99", " / ".join(_or_dash(lat["ttft"][p], _ms) for p in ("p50", "p99"))),
         ("overhead p50 / p99",

@@ -135,9 +135,11 @@ def test_the_page_has_a_plot_per_section_with_data_and_says_which_are_empty(
     assert "Priced at 0 (no list price; pass --prices FILE): mystery-model." in html
     # A log with nothing but times: no cache, routing, tokens or keys. Empty sections say so.
     bare = tmp_path / "bare.log"
-    bare.write_bytes(request(0, total_ms=3) + b"\n" + request(1, total_ms=4) + b"\n")
+    bare.write_bytes(request(0, total_ms=3) + b"\n"
+                     + request(1, total_ms=4, status=499, cancelled=True) + b"\n")
     assert main(["report", str(bare), "--out", str(page), "--json"]) == 0
     out = orjson.loads(capsys.readouterr().out)
+    assert (out["summary"]["errors"], out["summary"]["cancelled"]) == (0, 1)  # not an error
     assert (out["cache"], out["routes"], out["models"][0]["model"]) == ({}, {}, "(none)")
     html = page.read_text()
     for empty in ("No cache lookups (cache off).", "No routed requests", "Nothing shed.",
