@@ -99,8 +99,9 @@ class ModelEndpoint:
                 else:
                     await sending.whole(reply)
         except ClientDisconnected:
-            rec.cancelled = True
-            rec.status = 499  # nginx's "client closed request"
+            if not sending.completed:  # once the answer is whole, leaving is no cancel
+                rec.cancelled = True
+                rec.status = 499  # nginx's "client closed request"
         except asyncio.CancelledError:
             if not drain.expired:
                 raise
@@ -125,7 +126,7 @@ class ModelEndpoint:
 class _Sending:
     """Sends one request's reply (or error) to the client, and ends the reply."""
 
-    __slots__ = ("api", "extra", "rec", "send", "started", "streaming")
+    __slots__ = ("api", "completed", "extra", "rec", "send", "started", "streaming")
 
     def __init__(self, send: Send, rec: RequestRecord, extra: Headers, api: ApiFormat) -> None:
         self.send = send
@@ -134,6 +135,9 @@ class _Sending:
         self.api = api
         self.started = False
         self.streaming = False  # a relayed stream is under way
+        #: The whole answer was handed to the server (for a stream, its end event): the
+        #: client leaving after that (or the server saying so) cancels nothing.
+        self.completed = False
 
     async def whole(self, reply: Reply) -> None:
         """Send a complete reply (JSON, or a whole SSE stream)."""
@@ -226,6 +230,7 @@ class _Sending:
             if out:
                 rec.mark_first_event()
             await send({"type": "http.response.body", "body": out, "more_body": False})
+            self.completed = True
             delivered = not failed
             if observer.done:
                 await stream.finish()

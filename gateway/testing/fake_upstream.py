@@ -17,6 +17,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
 ``x-fake-set-cookie``       send this Set-Cookie header with a completion
 ``x-fake-finish``           finish_reason of the answer (default "stop")
+``x-fake-tail-ms``          streaming: end the body this long after ``[DONE]``
 ``x-fake-tool``             chat: call the request's first function tool with ``{"x": 1}``
                             instead of answering text (finish_reason "tool_calls")
 ``x-fake-cache-scope``      with ``simulate_cache``: which simulated cache (default "")
@@ -269,7 +270,12 @@ class FakeUpstream:
         if want_usage and headers.get("x-fake-usage") != "0":
             usage = _usage(data, n, sim)
             await send(_event({**base, "choices": [], "usage": usage}))
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+        tail = float(headers.get("x-fake-tail-ms", 0)) / 1000
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n",
+                    "more_body": bool(tail)})
+        if tail:  # the body ends a while after its last event
+            await asyncio.sleep(tail)
+            await send({"type": "http.response.body", "body": b""})
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:

@@ -372,3 +372,16 @@ targets = [{{ upstream = "named", model = "n" }}]
     assert first.status_code == 200 and "set-cookie" not in first.headers
     httpx.post(gw.v1 + "/chat/completions", json=body)
     assert "cookie" not in fake.records[1].headers
+
+
+def test_a_stream_the_client_received_whole_is_logged_as_delivered(gw, fake):
+    """The gateway reads the upstream's body tail after [DONE] once the client has the whole
+    answer; the client going away then is no cancellation (the answer was delivered)."""
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as c:
+        stream = c.chat.completions.create(
+            model="fake-model", stream=True, messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"x-fake-itl-ms": "30", "x-fake-tail-ms": "300"})
+        assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    [record] = gw.logged(1)
+    assert (record["status"], record["cancelled"], record["finish_reason"]) == \
+        (200, False, "stop")
