@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ import yaml
 
 from gateway.cli import main as gateway_cli
 from gateway.policy import PolicyStore
+from gateway.testing.configmap import ConfigMapVolume
 from tests.conftest import GatewayServer
 from tests.deploy.kustomize import render
 from tests.deploy.promql import ROOT
@@ -181,30 +181,6 @@ def test_probes_drain_and_grace_period_fit_together() -> None:
 def test_the_probed_paths_answer_on_a_gateway(gw: GatewayServer) -> None:
     assert httpx.get(gw.url + "/healthz").status_code == 200
     assert httpx.get(gw.url + "/readyz").status_code == 200
-
-
-class ConfigMapVolume:
-    """A ConfigMap volume as the kubelet writes it (its AtomicWriter): the file is a symlink
-    through ``..data`` into a timestamped folder; an update writes a new folder, swaps
-    ``..data`` and deletes the old one."""
-
-    def __init__(self, root: Path, name: str):
-        self.root, self.name, self.n = root, name, 0
-        root.mkdir(parents=True)
-
-    def publish(self, text: str) -> None:
-        self.n += 1
-        folder = self.root / f"..2026_01_01_00_00_{self.n:02d}.{os.getpid()}"
-        folder.mkdir()
-        (folder / self.name).write_text(text)
-        data = self.root / "..data"
-        old = os.readlink(data) if data.is_symlink() else None
-        os.symlink(folder.name, self.root / "..data_tmp")
-        os.rename(self.root / "..data_tmp", data)
-        if not (self.root / self.name).is_symlink():
-            os.symlink(f"..data/{self.name}", self.root / self.name)
-        if old:
-            shutil.rmtree(self.root / old)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

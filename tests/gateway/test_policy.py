@@ -6,6 +6,7 @@ from __future__ import annotations
 import openai
 
 from gateway.policy import PolicyStore
+from gateway.testing.configmap import ConfigMapVolume
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 FAIL_ONCE = {"x-fake-fail-times": "1", "x-fake-status": "503"}
@@ -47,32 +48,6 @@ def test_valid_edit_takes_effect_and_broken_edit_keeps_the_old_policy(make_gatew
         pass  # still max_attempts = 1: the old policy serves
     metrics = gw.gateway.metrics.render().decode()
     assert 'gateway_policy_reloads_total{result="rejected"} 1.0' in metrics
-
-
-class ConfigMapVolume:
-    """A ConfigMap volume as the kubelet writes it (its AtomicWriter): the file is a symlink
-    through ``..data`` into a timestamped folder; an update writes a new folder, swaps
-    ``..data`` and deletes the old folder."""
-
-    def __init__(self, root, name: str):
-        self.root, self.name, self.n = root, name, 0
-
-    def publish(self, text: str) -> None:
-        import os
-        import shutil
-
-        self.n += 1
-        folder = self.root / f"..2026_11_23_{self.n:04d}"
-        folder.mkdir()
-        (folder / self.name).write_text(text)
-        data = self.root / "..data"
-        old = os.readlink(data) if data.is_symlink() else None
-        os.symlink(folder.name, self.root / "..data_tmp")
-        os.rename(self.root / "..data_tmp", data)
-        if not (self.root / self.name).is_symlink():
-            os.symlink(f"..data/{self.name}", self.root / self.name)
-        if old is not None:
-            shutil.rmtree(self.root / old)
 
 
 async def test_every_configmap_update_is_picked_up(tmp_path):
