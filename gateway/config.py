@@ -24,6 +24,7 @@ __all__ = [
     "GatewayKey",
     "LoggingConfig",
     "ModelConfig",
+    "RateLimitConfig",
     "ServerConfig",
     "Target",
     "UpstreamConfig",
@@ -178,6 +179,24 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class RateLimitConfig:
+    """Where rate limits are counted (the limits themselves: the policy's
+    ``[rate_limits]``)."""
+
+    #: A Redis every replica shares, so they hold each key's limits jointly. Unset: the
+    #: cache's Redis when ``cache.backend = "redis"``, else each process counts alone.
+    redis_url: str | None = None
+    #: Key prefix in Redis.
+    prefix: str = "gwrl:"
+
+    def __post_init__(self) -> None:
+        if self.redis_url is not None and not self.redis_url.startswith(
+                ("redis://", "rediss://", "unix://")):
+            raise ValueError(f"redis_url must start with redis://, rediss:// or unix://, "
+                             f"got {self.redis_url!r}")
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -185,6 +204,7 @@ class Config:
     upstreams: dict[str, UpstreamConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     #: Set by load_config: the file, and the folder relative paths are resolved against.
     path: str = "<defaults>"
     root: str = "."
@@ -213,6 +233,7 @@ def load_config(path: str | Path) -> Config:
         upstreams=config.upstreams,
         models=config.models,
         cache=config.cache,
+        rate_limits=config.rate_limits,
         path=path,
         root=str(Path(path).resolve().parent),
     )
