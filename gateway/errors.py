@@ -14,6 +14,7 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
      ├── UpstreamError             502 upstream_error / upstream_error
      │    ├── UpstreamUnreachable  502 upstream_error / upstream_unreachable
      │    └── UpstreamTimeout      504 upstream_error / upstream_timeout
+     ├── RateLimited               429 requests|tokens / rate_limit_exceeded (a key's RPM/TPM)
      ├── NoUpstreamAvailable       503 overloaded_error / no_upstream_available
      └── Overloaded                503 overloaded_error / degraded_mode (shed)
           └── TenantLimited        429 overloaded_error / degraded_mode (a key's own limit)
@@ -39,6 +40,7 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "PermissionDenied",
+    "RateLimited",
     "RequestTooLarge",
     "TenantLimited",
     "UpstreamError",
@@ -110,6 +112,22 @@ class UpstreamUnreachable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+class RateLimited(GatewayError):
+    """A key's requests or tokens per minute are spent (see gateway.stages.rate_limit).
+    ``type`` is ``requests`` or ``tokens`` and ``code`` ``rate_limit_exceeded``, as OpenAI
+    sends them; ``Retry-After`` (s) and ``retry-after-ms`` say when the request fits."""
+
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, kind: str, retry_after_s: float) -> None:
+        super().__init__(message, headers={
+            "Retry-After": str(max(1, math.ceil(retry_after_s))),
+            "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000)))})
+        self.type = kind
 
 
 class NoUpstreamAvailable(GatewayError):

@@ -97,6 +97,8 @@ class RequestCollector(Collector):
         # (model, outcome: "compressed" or the skip reason) -> count; model -> tokens saved
         self.compression: dict[tuple[str, str], int] = {}
         self.compression_saved: dict[str, int] = {}
+        # (store: redis | local | fallback, result: allowed | requests | tokens) -> count
+        self.rate_limit: dict[tuple[str, str], int] = {}
         self.compress_time = _Family("gateway_compress_seconds",
                                      "The compress stage's compressor time.", ("model",),
                                      LATENCY_BUCKETS)
@@ -123,6 +125,11 @@ class RequestCollector(Collector):
              ["model", "outcome"], self.compression),
             ("gateway_compression_saved_tokens", "Prompt tokens removed by compression.",
              ["model"], self.compression_saved),
+            ("gateway_rate_limit", ("Rate-limit decisions by store (redis; local: no Redis "
+                                    "configured; fallback: Redis down or slow, decided in "
+                                    "process) and result (allowed, or the limit that "
+                                    "refused: requests, tokens)."),
+             ["store", "result"], self.rate_limit),
         )
         for name, doc, labels, values in series:
             family = CounterMetricFamily(name, doc, labels=labels)
@@ -266,6 +273,9 @@ class Metrics:
             c.shed[k3] = c.shed.get(k3, 0) + 1
         if rec.compress_skip or rec.compression:
             self._compression(rec)
+        if rec.rate_limit:
+            k4 = (rec.rate_limit, rec.rate_limited or "allowed")
+            c.rate_limit[k4] = c.rate_limit.get(k4, 0) + 1
 
     def _compression(self, rec: RequestRecord) -> None:
         c, model = self.collector, rec.model_served or "none"

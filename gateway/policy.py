@@ -25,6 +25,7 @@ from gateway.admission import AdmissionPolicy
 from gateway.breaker import BreakerPolicy
 from gateway.compression.policy import CompressionPolicy
 from gateway.errors import ConfigError
+from gateway.ratelimit.policy import RateLimitPolicy
 from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
 
@@ -258,7 +259,8 @@ class PipelinePolicy:
     """The stages every model request goes through, in order (see gateway.pipeline); the
     terminal step (dispatch to the upstreams) always comes last."""
 
-    stages: tuple[str, ...] = ("cache", "route", "compress", "prompt_cache", "admission")
+    stages: tuple[str, ...] = ("rate_limit", "cache", "route", "compress", "prompt_cache",
+                               "admission")
 
     def __post_init__(self) -> None:
         from gateway.pipeline import check_stages  # stages import this module
@@ -280,6 +282,7 @@ class Policy:
     prompt_cache: PromptCachePolicy = field(default_factory=PromptCachePolicy)
     compression: CompressionPolicy = field(default_factory=CompressionPolicy)
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
+    rate_limits: RateLimitPolicy = field(default_factory=RateLimitPolicy)
     version: str = "default"
 
 

@@ -56,6 +56,10 @@ compress_ms        the compressor's time (ms)
 compress_skip      why the stage did not compress: ``client_off``, ``short``,
                    ``nothing_to_compress``, ``no_prefill_rate``, ``not_worth_it``,
                    ``no_gain``, ``error``; null when it compressed or is off
+rate_limit         which limiter decided the request's rate limits: ``redis`` (shared by
+                   replicas), ``local`` (no Redis configured), ``fallback`` (Redis down or
+                   slow: this process decided alone); null when no limit applies
+rate_limited       the limit that refused it (429): ``requests`` or ``tokens``, else null
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -90,7 +94,7 @@ FIELDS = (
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
-    "tokens_after", "compress_ms", "compress_skip",
+    "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited",
 )
 
 
@@ -152,6 +156,8 @@ class RequestRecord:
     tokens_after: int | None = None
     compress_ms: float | None = None
     compress_skip: str | None = None
+    rate_limit: str | None = None
+    rate_limited: str | None = None
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

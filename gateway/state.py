@@ -31,6 +31,7 @@ from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
 from gateway.policy import Policy, PolicyStore
 from gateway.prompt_cache.memory import PromptMemory
+from gateway.ratelimit.limiter import RateLimiter
 from gateway.requestlog import RequestIds, RequestLogger
 from gateway.routing.routers import Routers
 from gateway.upstreams.base import Upstream
@@ -132,6 +133,8 @@ class Gateway:
             self.metrics.watch_cache(self.cache)
         #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
         self.prompt_memory = PromptMemory()
+        #: The rate_limit stage's buckets and Redis client (kept across policy reloads).
+        self.rate_limiter = RateLimiter.from_config(config)
         #: Graceful shutdown (SIGTERM): see gateway.drain.
         self.drain = Drain()
         #: The local engines' /metrics, served on the gateway's (one scrape target).
@@ -225,5 +228,6 @@ class Gateway:
         if self._stop_embedder is not None:
             self._stop_embedder()
         await self.engine_metrics.aclose()
+        await self.rate_limiter.aclose()
         for upstream in self.upstreams.values():
             await upstream.aclose()

@@ -43,8 +43,8 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("extra", "key", "fragment"), [
-    ("[server]\nprot = 1\n", "server.prot", ("allowed keys: host, max_body_bytes, policy, "
-     "policy_reload, port")),
+    ("[server]\nprot = 1\n", "server.prot", ("allowed keys: drain_timeout_s, host, "
+     "max_body_bytes, policy, policy_reload, port")),
     ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai'"),
     ('[upstreams.bad]\ntype = "openai"\n', "upstreams.bad", "needs base_url"),
     ("[server]\nport = 70000\n", "server.port", "must be <= 65535"),
@@ -82,7 +82,7 @@ def test_policy_is_strict_too(tmp_path):
     path.write_text("[retyr]\n")
     with pytest.raises(ConfigError, match="allowed keys: admission, breaker, cache, "
                                           "compression, degraded, pipeline, prompt_cache, "
-                                          "retry, retry_budget, "
+                                          "rate_limits, retry, retry_budget, "
                                           "routing, streaming, translation, version"):
         load_policy(path)
 

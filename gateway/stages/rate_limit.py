@@ -1,0 +1,194 @@
+"""Stage ``rate_limit``: requests and tokens per minute per gateway key (and per key and
+model), held jointly by every replica that shares the gateway's Redis.
+
+Each request is charged, all or nothing, to up to four GCRA buckets (requests and tokens;
+the key's, and the key's for this model when the policy's ``[rate_limits]`` gives the model
+a limit of its own) in one Redis round trip (:mod:`gateway.ratelimit`). Over a limit: 429
+in the caller's format (OpenAI: ``type`` ``requests`` or ``tokens``, ``code``
+``rate_limit_exceeded``; Anthropic: ``rate_limit_error``) with ``Retry-After`` (s) and
+``retry-after-ms``, before anything else runs. Every answer, refused or not, carries the
+limits as OpenAI sends them (https://platform.openai.com/docs/guides/rate-limits):
+``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests``,
+``x-ratelimit-reset-requests`` (a duration: ``20ms``, ``1.5s``, ``6m0s``: until the bucket
+is full again), and the same for ``tokens``; of a key's and a model's bucket, the one with
+less left. Redis down or slow: this process decides alone, under the same limits (see
+:mod:`gateway.ratelimit.limiter`); no request fails for it.
+
+Tokens are reserved up front and settled after the answer. The reservation is the prompt
+estimated as the body's bytes / 4 plus ``max_tokens`` (``max_completion_tokens``; times
+``n``; else the policy's ``default_completion_tokens``), as OpenAI counts ``max_tokens``
+against TPM when a request arrives: concurrent requests cannot overrun a limit that only
+learns their cost after they finish, and a reservation larger than the whole limit waits
+for a full bucket instead of being refused forever. Once the reply is over, the bucket is
+settled to the actual usage (prompt plus completion tokens, in the background): unused
+``max_tokens`` comes back, usage beyond the reservation is owed. A request no upstream
+served (a cache hit) gives its tokens back; an error answer too; an answer without usage
+keeps its reservation. The request itself always counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.context import Headers, Outcome, Reply, RequestContext
+from gateway.errors import RateLimited
+from gateway.pipeline import Next
+from gateway.ratelimit.gcra import Bucket, Verdict
+from gateway.ratelimit.limiter import RateLimiter
+from gateway.ratelimit.policy import Limits, RateLimitPolicy
+
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+    from gateway.state import Gateway
+
+__all__ = ["RateLimitStage", "build", "duration", "reservation"]
+
+_KINDS = ("requests", "tokens")
+_NAMES = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)"}
+
+
+def build(gateway: Gateway, policy: Policy) -> RateLimitStage | None:
+    """None when the policy sets no limit (or ``enabled = false``)."""
+    if not policy.rate_limits.active:
+        return None
+    return RateLimitStage(policy.rate_limits, gateway.rate_limiter)
+
+
+def duration(seconds: float) -> str:
+    """A duration as OpenAI's ``x-ratelimit-reset-*`` headers write it (Go's format):
+    ``0s``, ``20ms``, ``1.5s``, ``6m0s``, ``1h0m0s``; rounded up to the millisecond."""
+    ms = max(0, math.ceil(seconds * 1000 - 1e-6))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, ms = divmod(ms, 60_000)
+    hours, minutes = divmod(minutes, 60)
+    secs = f"{ms // 1000}.{ms % 1000:03d}".rstrip("0").rstrip(".")
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") \
+        + f"{secs}s"
+
+
+def reservation(body: dict[str, Any], raw: bytes, default_completion: int) -> int:
+    """Tokens reserved for a request: its body's bytes / 4 (the prompt, generously: the
+    JSON around it counts too) plus its completion budget times ``n``."""
+    out = body.get("max_completion_tokens")
+    if not isinstance(out, int):
+        out = body.get("max_tokens")
+    if not isinstance(out, int) or out < 0:
+        out = default_completion
+    n = body.get("n")
+    return len(raw) // 4 + out * (n if isinstance(n, int) and n > 1 else 1)
+
+
+class _Plan:
+    """One request's buckets, and what each one is (kind, scope, limit) for the headers,
+    the 429 message and the settlement."""
+
+    __slots__ = ("buckets", "kinds", "scopes")
+
+    def __init__(self) -> None:
+        self.buckets: list[Bucket] = []
+        self.kinds: list[str] = []
+        self.scopes: list[str] = []
+
+    def add(self, name: str, scope: str, limits: Limits, tokens: int) -> None:
+        for kind, limit, cost in (("requests", limits.requests_per_minute, 1),
+                                  ("tokens", limits.tokens_per_minute, tokens)):
+            if limit:
+                # A cost over the whole limit waits for a full bucket, then owes the rest.
+                self.buckets.append(Bucket(f"{name}:{kind[0]}", limit, min(cost, limit)))
+                self.kinds.append(kind)
+                self.scopes.append(scope)
+
+    def headers(self, verdict: Verdict) -> Headers:
+        """The ``x-ratelimit-*`` headers: per kind, the bucket with the least left."""
+        out: Headers = []
+        for kind in _KINDS:
+            found = [i for i, k in enumerate(self.kinds) if k == kind]
+            if not found:
+                continue
+            i = min(found, key=lambda j: (verdict.remaining[j], -verdict.reset_s[j]))
+            out += [(f"x-ratelimit-limit-{kind}".encode(), b"%d" % self.buckets[i].limit),
+                    (f"x-ratelimit-remaining-{kind}".encode(), b"%d" % verdict.remaining[i]),
+                    (f"x-ratelimit-reset-{kind}".encode(),
+                     duration(verdict.reset_s[i]).encode())]
+        return out
+
+    def refusal(self, verdict: Verdict, tokens: int) -> RateLimited:
+        """The 429 for the bucket that keeps the request waiting longest."""
+        i = max(range(len(self.buckets)), key=lambda j: verdict.wait_s[j])
+        kind, bucket, wait = self.kinds[i], self.buckets[i], verdict.wait_s[i]
+        requested = 1 if kind == "requests" else tokens
+        return RateLimited(
+            f"Rate limit reached for {self.scopes[i]} on {_NAMES[kind]}: Limit "
+            f"{bucket.limit}, Remaining {verdict.remaining[i]}, Requested {requested}. "
+            f"Please try again in {duration(wait)}.", kind=kind, retry_after_s=wait)
+
+    def settlement(self, used: int) -> list[Bucket]:
+        """The token buckets' corrections to ``used`` tokens (none where nothing changes)."""
+        return [Bucket(b.key, b.limit, used - b.cost)
+                for b, kind in zip(self.buckets, self.kinds, strict=True)
+                if kind == "tokens" and used != b.cost]
+
+
+class RateLimitStage:
+    def __init__(self, policy: RateLimitPolicy, limiter: RateLimiter) -> None:
+        self.policy = policy
+        self.limiter = limiter
+
+    def plan(self, ctx: RequestContext) -> tuple[_Plan, int]:
+        """The request's buckets (none when no limit applies) and its token reservation."""
+        limits = self.policy.for_key(ctx.key_id)
+        plan, key = _Plan(), ctx.key_id
+        # The braces: a Redis Cluster hash tag, so a key's buckets share a slot.
+        name = "{" + (key if key is not None else "-") + "}"
+        scope = f"key '{key}'" if key is not None else "requests without a key"
+        tokens = reservation(ctx.body, ctx.raw, self.policy.default_completion_tokens)
+        plan.add(name, scope, limits.whole, tokens)
+        model = limits.models.get(ctx.model)
+        if model is not None:
+            plan.add(f"{name}:m:{ctx.model}", f"{scope} and model '{ctx.model}'", model,
+                     tokens)
+        return plan, tokens
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
+        plan, tokens = self.plan(ctx)
+        if not plan.buckets:
+            return await call_next(ctx)
+        verdict = await self.limiter.check(plan.buckets, self.policy)
+        rec = ctx.record
+        rec.rate_limit = verdict.store
+        ctx.response_headers += plan.headers(verdict)
+        if not verdict.allowed:
+            error = plan.refusal(verdict, tokens)
+            rec.rate_limited = error.type
+            raise error
+        try:
+            reply = await call_next(ctx)
+        except BaseException:
+            self._settle(plan, verdict, 0)  # no answer: no tokens spent
+            raise
+        reply.on_close(self._closer(ctx, reply, plan, verdict))
+        return reply
+
+    def _closer(self, ctx: RequestContext, reply: Reply, plan: _Plan,
+                verdict: Verdict) -> Callable[[Outcome], None]:
+        def settle(outcome: Outcome) -> None:
+            rec = ctx.record
+            if rec.upstream is None:  # nothing reached an upstream (a cache hit)
+                used: int | None = 0
+            elif rec.prompt_tokens is not None or rec.completion_tokens is not None:
+                used = (rec.prompt_tokens or 0) + (rec.completion_tokens or 0)
+            else:  # spent, but how much is unknown: the reservation stands
+                used = None if reply.status == 200 else 0
+            if used is not None:
+                self._settle(plan, verdict, used)
+        return settle
+
+    def _settle(self, plan: _Plan, verdict: Verdict, used: int) -> None:
+        buckets: Sequence[Bucket] = plan.settlement(used)
+        if buckets:
+            self.limiter.settle(buckets, verdict.store, self.policy)
