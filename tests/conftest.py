@@ -7,12 +7,15 @@ the official SDKs, and client disconnects reach the servers as they would in pro
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway.app import create_app
@@ -167,3 +170,17 @@ def make_gateway(
 @pytest.fixture
 def gw(make_gateway: Callable[..., GatewayServer]) -> GatewayServer:
     return make_gateway()
+
+
+def wait_until_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Poll a ``gateway serve`` subprocess's /readyz until it answers 200; fails the test if
+    the process exits or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url + "/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, "gateway did not start"
+        time.sleep(0.05)

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from gateway.upstreams.ports import free_port
-from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer, gateway_toml
+from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer, gateway_toml, wait_until_ready
 
 DRAIN_S = 4.0  # the deadline falls 2 s after SIGTERM
 
@@ -34,15 +34,7 @@ def served(tmp_path: Path, fake_server: FakeServer):
          str(tmp_path / "gateway.toml"), "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(url + "/readyz").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, "gateway did not start"
-        time.sleep(0.05)
+    wait_until_ready(url, process, timeout=30)
     yield process, url, tmp_path / "stderr.txt"
     if process.poll() is None:
         process.kill()

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import orjson
 import pytest
@@ -25,7 +24,7 @@ import pytest
 from gateway.cli import main
 from gateway.tools.replay import load_conversations, replay
 from gateway.upstreams.ports import free_port
-from tests.conftest import DEFAULT_POLICY, FakeServer, gateway_toml
+from tests.conftest import DEFAULT_POLICY, FakeServer, gateway_toml, wait_until_ready
 
 
 def request(i: int, **fields: Any) -> bytes:
@@ -196,18 +195,6 @@ AUTH = "".join(f'\n[[auth.keys]]\nid = "{name}"\nsha256 = "'
                f'{hashlib.sha256(key.encode()).hexdigest()}"\n' for name, key in KEYS.items())
 
 
-def started(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, "gateway did not start"
-        time.sleep(0.1)
-
-
 def request_lines(log: Path) -> int:
     return log.read_bytes().count(b'"event":"request"')
 
@@ -242,7 +229,7 @@ def test_a_replay_through_gateway_serve_makes_a_page_chromium_draws(
             stdout=stdout, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
-        started(url, process)
+        wait_until_ready(url, process)
         asyncio.run(replay_as(url, prompts))
         deadline = time.monotonic() + 10  # lines are flushed every 0.2 s
         while request_lines(log) < 15 and time.monotonic() < deadline:
