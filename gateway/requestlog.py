@@ -80,10 +80,13 @@ from typing import Any
 import orjson
 import structlog
 
-__all__ = ["FIELDS", "FLUSH_INTERVAL_S", "RequestIds", "RequestLogger", "RequestRecord", "configure_logging"]
+__all__ = ["FIELDS", "FLUSH_INTERVAL_S", "MAX_BUFFERED_BYTES", "RequestIds", "RequestLogger",
+           "RequestRecord", "configure_logging"]
 
 #: How often buffered request lines are flushed to stdout (s).
 FLUSH_INTERVAL_S = 0.2
+#: Buffered request lines are flushed at once past this size (bytes).
+MAX_BUFFERED_BYTES = 64 * 1024
 
 FIELDS = (
     "request_id", "ts", "route", "key_id", "model_requested", "model_served", "upstream",
@@ -241,14 +244,22 @@ class RequestLogger:
 
     def __init__(self, sink: Callable[[dict[str, Any]], None] | None = None, enabled: bool = True):
         # The record is complete and flat and carries its own ts: it needs none of structlog's
-        # processors, so it is rendered by orjson and written to stdout's buffer directly.
-        # Lines are flushed by flush() (the app calls it every FLUSH_INTERVAL_S), not one
-        # syscall per request.
+        # processors, so it is rendered by orjson and kept in this logger's own buffer, which
+        # flush() writes to stdout in one call (the app calls it every FLUSH_INTERVAL_S), not
+        # one syscall per request. Its own buffer, not stdout's: with PYTHONUNBUFFERED=1 (the
+        # container image sets it) stdout's binary layer writes through on every call.
         self._out = sys.stdout.buffer
+        self._lines: list[bytes] = []
+        self._size = 0
         self._sink = sink
         self.enabled = enabled
 
     def flush(self) -> None:
+        if self._lines:
+            block = b"".join(self._lines)
+            self._lines.clear()
+            self._size = 0
+            self._out.write(block)
         self._out.flush()
 
     def emit(self, record: RequestRecord) -> None:
@@ -259,7 +270,11 @@ class RequestLogger:
             self._sink(fields)
         if self.enabled:
             fields["event"] = "request"
-            self._out.write(orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE))
+            line = orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)
+            self._lines.append(line)
+            self._size += len(line)
+            if self._size >= MAX_BUFFERED_BYTES:
+                self.flush()
 
 
 def configure_logging(level: str = "info") -> None:
