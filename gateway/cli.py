@@ -38,6 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.requestlog import configure_logging
+    from gateway.serving import CoalescingHttpToolsProtocol
 
     config = load_config(args.config)
     configure_logging(config.logging.level)
@@ -63,7 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host or config.server.host,
         port=args.port if args.port is not None else config.server.port,
         loop="uvloop",
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,
         access_log=False,
         proxy_headers=False,
         server_header=False,

@@ -10,6 +10,7 @@ from typing import Self
 
 import uvicorn
 
+from gateway.serving import CoalescingHttpToolsProtocol
 from gateway.types import ASGIApp
 from gateway.upstreams.ports import free_port
 
@@ -33,6 +34,7 @@ class ServerThread:
             log_level="warning",
             access_log=False,
             loop="asyncio",
+            http=CoalescingHttpToolsProtocol,  # as `gateway serve` runs
             timeout_graceful_shutdown=timeout_graceful_shutdown,
         )
         self.server = uvicorn.Server(config)
