@@ -70,7 +70,8 @@ class ModelEndpoint:
         sending = _Sending(send, rec, extra, api)
         gw.metrics.in_flight += 1
         drain = gw.drain
-        task = asyncio.current_task()
+        # The loop given: on Python 3.11 finding the running loop costs a getpid() call.
+        task = asyncio.current_task(gw.loop)
         assert task is not None
         drain.tasks.add(task)
         try:
@@ -92,7 +93,7 @@ class ModelEndpoint:
             name = model if route is None else route.name
             ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
                                  runtime.policy, rec, name, name, extra, api=api)
-            with DisconnectWatch(receive):
+            with DisconnectWatch(receive, task=task):
                 reply = await runtime.pipeline(ctx)
                 if reply.stream is not None:
                     await sending.relay(reply)

@@ -137,6 +137,8 @@ class Gateway:
         self.rate_limiter = RateLimiter.from_config(config)
         #: Graceful shutdown (SIGTERM): see gateway.drain.
         self.drain = Drain()
+        #: The event loop it serves on, once started (None before: found when needed).
+        self.loop: asyncio.AbstractEventLoop | None = None
         #: The local engines' /metrics, served on the gateway's (one scrape target).
         from gateway.upstreams.local import LocalUpstream
 
@@ -201,7 +203,8 @@ class Gateway:
         return None
 
     async def start(self) -> None:
-        self.drain.attach(asyncio.get_running_loop())
+        self.loop = asyncio.get_running_loop()
+        self.drain.attach(self.loop)
         for upstream in self.upstreams.values():
             if upstream.enabled:
                 await upstream.start()

@@ -50,10 +50,14 @@ class DisconnectWatch:
 
     __slots__ = ("_timer", "_watch")
 
-    def __init__(self, receive: Receive, grace_s: float = WATCH_GRACE_S) -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        assert task is not None, "DisconnectWatch needs a running task"
+    def __init__(self, receive: Receive, grace_s: float = WATCH_GRACE_S,
+                 task: asyncio.Task[Any] | None = None) -> None:
+        """``task``: the running task, when the caller has it at hand (found otherwise: on
+        Python 3.11 that costs a getpid() system call, see asyncio.get_running_loop)."""
+        if task is None:
+            task = asyncio.current_task(asyncio.get_running_loop())
+            assert task is not None, "DisconnectWatch needs a running task"
+        loop = task.get_loop()
         self._watch = _Watch(task, receive)
         self._timer = loop.call_later(grace_s, self._watch.start)
 
