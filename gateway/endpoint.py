@@ -26,7 +26,7 @@ from gateway.http import read_body, send_bytes
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
-from llm_wire.asgi import ClientDisconnected, DisconnectWatch
+from llm_wire.asgi import ClientDisconnected
 
 __all__ = ["ModelEndpoint", "request_id_of"]
 
@@ -93,7 +93,7 @@ class ModelEndpoint:
             name = model if route is None else route.name
             ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
                                  runtime.policy, rec, name, name, extra, api=api)
-            with DisconnectWatch(receive, task=task):
+            with gw.watches.watch(receive, task):
                 reply = await runtime.pipeline(ctx)
                 if reply.stream is not None:
                     await sending.relay(reply)

@@ -36,6 +36,7 @@ from gateway.requestlog import RequestIds, RequestLogger
 from gateway.routing.routers import Routers
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
+from llm_wire.asgi import DisconnectWatches
 
 __all__ = ["Gateway", "ModelRoute", "ModelTable", "Runtime", "build_cache", "build_upstream"]
 
@@ -139,6 +140,8 @@ class Gateway:
         self.drain = Drain()
         #: The event loop it serves on, once started (None before: found when needed).
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: Client-disconnect watchers of the model endpoints' requests (one shared timer).
+        self.watches = DisconnectWatches()
         #: The local engines' /metrics, served on the gateway's (one scrape target).
         from gateway.upstreams.local import LocalUpstream
 
