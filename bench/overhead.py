@@ -10,7 +10,11 @@ order every round so that drift in the machine's speed (a shared VM) hits all th
 For each of non-streaming and streaming at concurrency 1 and 32 it prints, for the floor and
 the gateway, latency p50/p99 (ms), the latency added over direct, added TTFT (streaming:
 time to the first event) and throughput over direct (pooled, per round, and the median of
-the rounds, which the checks below read: p50s and throughputs are the rounds' medians).
+the rounds). The checks below read the added p50s as the rounds' medians, and throughput
+pooled: all requests over all the time of the interleaved rounds, so the direct run, the
+same denominator for both proxies, cancels. (Per round, the direct run's own rate moves by
+up to 2x on this VM, with where the kernel places the processes: a ratio over one round's
+direct run, or a median of such ratios, carries that noise; the pooled ratio does not.)
 
 The same again for Anthropic's Messages API (``--apis``): the fake Anthropic upstream
 (``gateway.testing.fake_anthropic``), a second floor in front of it, and the same gateway's
@@ -212,8 +216,8 @@ def acceptance(results: dict[str, Any]) -> dict[str, Any]:
                 "excess_ms": excess, "max_excess_ms": 0.1, "holds": excess <= 0.1}
     for mode in ("unary", "stream"):
         if row := results.get(f"{mode}_c32"):
-            g = row["gateway"]["throughput_ratio_median"]
-            f = row["floor"]["throughput_ratio_median"]
+            g = row["gateway"]["throughput_ratio"]
+            f = row["floor"]["throughput_ratio"]
             rel = round(g / f, 3)
             checks[f"{mode}_c32_throughput"] = {
                 "gateway_over_direct": g, "floor_over_direct": f,
@@ -236,8 +240,8 @@ def acceptance(results: dict[str, Any]) -> dict[str, Any]:
     for mode in ("unary", "stream"):
         chat, messages = results.get(f"{mode}_c32"), results.get(f"messages_{mode}_c32")
         if chat and messages:
-            c, m = (round(r["gateway"]["throughput_ratio_median"]
-                          / r["floor"]["throughput_ratio_median"], 3) for r in (chat, messages))
+            c, m = (round(r["gateway"]["throughput_ratio"]
+                          / r["floor"]["throughput_ratio"], 3) for r in (chat, messages))
             checks[f"messages_{mode}_c32_throughput_vs_chat"] = {
                 "messages_over_floor": m, "chat_over_floor": c,
                 "min_over_floor": round(0.95 * c, 3), "holds": m >= 0.95 * c}
