@@ -80,7 +80,8 @@ class Engine:
                                  num_blocks * config.block_size)
         self.blocks = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_batch_tokens)
-        self.runner = ModelRunner(model, num_blocks, config.block_size)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, config.max_num_seqs,
+                                  self.max_model_len)
         self.last = StepStats()
 
     def add(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
@@ -114,20 +115,35 @@ class Engine:
         tokens = self.runner.step(batch)
         now = time.perf_counter()
         outputs: list[Output] = []
-        for sc, token in zip(batch, tokens, strict=True):
+        for sc, new in zip(batch, tokens, strict=True):
             seq = sc.seq
-            seq.num_computed = sc.start + sc.num_new
-            if token is None:  # a prefill chunk short of the end
+            # a decode keeps its last token and the accepted drafts: len(new) - 1 of them
+            seq.num_computed = sc.start + (len(new) if sc.decodes else sc.num_new)
+            if not new:  # a prefill chunk short of the end
                 self.blocks.commit(seq)
                 continue
-            seq.output_ids.append(token)
-            self.blocks.commit(seq)
             if seq.first_token_at is None:
                 seq.first_token_at = now
-            outputs.append(self._postprocess(seq, token))
+            seq.output_ids.extend(new)  # hashed with the blocks they complete, then
+            self.blocks.commit(seq)
+            del seq.output_ids[-len(new):]  # re-added one at a time, ends checked
+            outputs.append(self._append(seq, new))
         self.last = StepStats(len(batch), sum(sc.num_new for sc in batch),
                               (time.perf_counter() - t0) * 1e3)
         return outputs
+
+    def _append(self, seq: Sequence, new: list[int]) -> Output:
+        """Add ``new`` tokens one at a time, each checked as if it came alone, so that an
+        accepted run of drafts ends exactly where plain decoding would have (EOS, a stop
+        string, ``max_tokens``, the context length); tokens after the end are dropped."""
+        text = ""
+        for token in new:
+            seq.output_ids.append(token)
+            out = self._postprocess(seq, token)
+            text += out.text
+            if out.finished:
+                return Output(seq, text, True)
+        return Output(seq, text, False)
 
     def _postprocess(self, seq: Sequence, token: int) -> Output:
         p = seq.params

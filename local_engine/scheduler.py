@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from local_engine.block_manager import BlockManager, OutOfBlocks
 from local_engine.sequence import SeqStatus, Sequence
@@ -24,11 +24,18 @@ __all__ = ["Scheduled", "Scheduler"]
 
 @dataclass(slots=True)
 class Scheduled:
-    """One sequence's share of a step: ``num_new`` tokens starting at ``start``."""
+    """One sequence's share of a step: ``num_new`` tokens starting at ``start``; for a
+    decode with speculation, its last token and then the ``draft`` tokens to verify."""
 
     seq: Sequence
     start: int
     num_new: int
+    draft: list[int] = field(default_factory=list)
+
+    @property
+    def decodes(self) -> bool:
+        """Does this step compute just the sequence's last token (and its draft)?"""
+        return self.start == self.seq.num_tokens - 1
 
     @property
     def samples(self) -> bool:
@@ -47,6 +54,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preempted = 0
+        # Seats: rows of the runner's block-table tensor, one per running sequence.
+        self.free_seats = list(range(max_num_seqs - 1, -1, -1))
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -54,7 +63,7 @@ class Scheduler:
     def abort(self, seq: Sequence, reason: str = "abort") -> None:
         """Drop ``seq`` wherever it is; its KV blocks are free for the next step."""
         if seq in self.running:
-            self.running.remove(seq)
+            self._leave(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.blocks.release(seq)
@@ -73,7 +82,7 @@ class Scheduler:
                 continue
             while True:
                 try:
-                    self.blocks.append_slot(seq)
+                    self.blocks.append_slots(seq, 1)
                     break
                 except OutOfBlocks:
                     victim = self.running[-1]
@@ -91,6 +100,8 @@ class Scheduler:
             except OutOfBlocks:
                 break
             self.waiting.popleft()
+            seq.seat = self.free_seats.pop()
+            seq.num_synced_blocks = 0
             seq.status = SeqStatus.RUNNING
             if seq.admitted_at is None:
                 seq.admitted_at = time.perf_counter()
@@ -114,12 +125,17 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         """Recompute later: prompt and output so far are prefilled again when it is readmitted
         (cheaply, where their blocks are still in the prefix cache)."""
-        self.running.remove(seq)
+        self._leave(seq)
         self.blocks.release(seq)
         seq.num_computed = 0
         self.num_preempted += 1
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)
+
+    def _leave(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.free_seats.append(seq.seat)
+        seq.seat = -1
 
     def finish(self, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason

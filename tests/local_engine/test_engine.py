@@ -31,11 +31,13 @@ def record_logits(engine: Engine) -> list[tuple[list[int], torch.Tensor]]:
     seen: list[tuple[list[int], torch.Tensor]] = []
     forward = engine.runner.forward
 
-    def recording(batch: list[Scheduled]) -> torch.Tensor:
-        logits = forward(batch)
-        for sc, row in zip(batch, logits, strict=True):
-            seen.append((sc.seq.token_ids[:sc.start + sc.num_new], row.clone()))
-        return logits
+    def recording(batch: list[Scheduled]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        logits, spans = forward(batch)
+        for sc, (first, count) in zip(batch, spans, strict=True):
+            context = sc.seq.tokens(0, sc.start + sc.num_new - len(sc.draft))
+            for j in range(count):  # row j of a verified draft also saw draft[:j]
+                seen.append((context + sc.draft[:j], logits[first + j].clone()))
+        return logits, spans
 
     engine.runner.forward = recording  # type: ignore[method-assign]
     return seen
