@@ -15,6 +15,7 @@ import torch
 from local_engine.model import AttentionMeta, Decodes, LlamaModel
 from local_engine.sampling import sample
 from local_engine.scheduler import Scheduled
+from local_engine.speculative import verify
 
 __all__ = ["ModelRunner", "StepInputs"]
 
@@ -162,14 +163,22 @@ class ModelRunner:
 
     @torch.inference_mode()
     def step(self, batch: list[Scheduled]) -> list[list[int]]:
-        """One step; each item's new tokens (none for a prefill chunk short of the end)."""
+        """One step; each item's new tokens: none for a prefill chunk short of the end, one
+        for a plain decode, the accepted drafts and one more for a verified draft."""
         logits, spans = self.forward(batch)
-        rows = [i for i, (_, n) in enumerate(spans) if n]
+        plain = [i for i, sc in enumerate(batch) if spans[i][1] and not sc.draft]
+        drafted = [i for i, sc in enumerate(batch) if sc.draft]
         tokens: list[list[int]] = [[] for _ in batch]
-        if rows:
-            last = [spans[i][0] + spans[i][1] - 1 for i in rows]
-            chosen = sample(logits[last], [batch[i].seq.params for i in rows],
-                            [batch[i].seq.generator for i in rows]).tolist()
-            for i, tok in zip(rows, chosen, strict=True):
+        if plain:
+            rows = [spans[i][0] + spans[i][1] - 1 for i in plain]
+            chosen = sample(logits[rows], [batch[i].seq.params for i in plain],
+                            [batch[i].seq.generator for i in plain]).tolist()
+            for i, tok in zip(plain, chosen, strict=True):
                 tokens[i] = [tok]
+        if drafted:
+            new = verify(logits, [spans[i] for i in drafted], [batch[i].draft for i in drafted],
+                         [batch[i].seq.params for i in drafted],
+                         [batch[i].seq.generator for i in drafted])
+            for i, toks in zip(drafted, new, strict=True):
+                tokens[i] = toks
         return tokens

@@ -42,13 +42,13 @@ def exponential(shape: tuple[int, ...], generators: list[torch.Generator | None]
     return noise.clamp_min_(1e-20)
 
 
-def uniform(n: int, generators: list[torch.Generator | None],
+def uniform(shape: tuple[int, int], generators: list[torch.Generator | None],
             device: torch.device) -> torch.Tensor:
-    """U[0, 1) draws [n], row i from ``generators[i]`` when set."""
-    u = torch.rand(n, device=device)
+    """U[0, 1) draws [N, M], row i from ``generators[i]`` when set."""
+    u = torch.rand(shape, device=device)
     for i, g in enumerate(generators):
         if g is not None:
-            u[i] = torch.rand(1, device=device, generator=g)[0]
+            u[i] = torch.rand(shape[1], device=device, generator=g)
     return u
 
 
