@@ -38,7 +38,8 @@ __all__ = ["DraftState", "NgramProposer", "SpecConfig", "verify"]
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """``num_tokens``: draft tokens per step (k). ``min_n``/``max_n``: suffix lengths looked
+    """``num_tokens``: the most draft tokens a sequence verifies in a step (k; each
+    sequence's draft length adapts below it). ``min_n``/``max_n``: suffix lengths looked
     up, longest first. Speculation is skipped for the whole step (no lookup, no extra
     tokens) when more than ``max_batch_size`` sequences decode in it or their tokens with
     drafts could exceed ``max_step_tokens``: a large batch already uses the hardware well,
@@ -86,6 +87,7 @@ class DraftState:
     indexed: int = 0
     rate: float = 1.0  # recent accepted / proposed draft tokens
     paused: int = 0  # steps left without drafting
+    k: int = 0  # draft length now (0: not set yet)
 
 
 class NgramProposer:
@@ -110,7 +112,7 @@ class NgramProposer:
             state.paused -= 1
             return []
         length = seq.num_tokens
-        k = min(self.config.num_tokens, limit)
+        k = min(state.k or self.config.num_tokens, limit)
         self._index(seq, state, length)
         for n in range(min(self.config.max_n, length - 1), self.config.min_n - 1, -1):
             at = state.index.get(tuple(seq.tokens(length - n, length)))
@@ -138,9 +140,13 @@ class NgramProposer:
         state.indexed = length
 
     def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
-        """Record a verified draft; pause ``seq``'s drafting when its rate falls too low."""
+        """Record a verified draft: the next draft is 2 tokens longer after a fully
+        accepted one (up to ``num_tokens``), 1 shorter otherwise (Hugging Face assisted
+        generation's "heuristic" schedule); drafting pauses when the rate falls too low."""
         state: DraftState = seq.draft
         c = self.config
+        k = state.k or c.num_tokens
+        state.k = min(c.num_tokens, k + 2) if accepted == proposed else max(1, k - 1)
         state.rate = (1 - c.ewma) * state.rate + c.ewma * accepted / proposed
         if state.rate < c.min_acceptance:
             state.paused = c.pause_steps
