@@ -16,6 +16,16 @@ Part 3: detokenization, the engine thread's per-token text work: streaming a
 ``--detok-tokens``-token output token by token with incremental detokenization (what the
 engine does) vs. decoding the whole output at every step; ms per output, and the ratio.
 
+Part 5 (``--spec``): n-gram speculative decoding off vs. on, greedy, two engines on the same
+model, alternating prompt by prompt (batch 1) or round by round (batch 32): an input-grounded
+workload (repeat, quote, extract from a given passage; edit given code; see
+``bench/spec_workloads.py``) and MT-Bench turn 1 at batch 1 (decode tokens/s: output tokens
+after the first over the time after the first), and MT-Bench at batch 32 (output tokens/s
+over the wall time). Also whether the outputs are identical, and the acceptance figures
+(drafts, draft tokens, accepted tokens by position, mean tokens per decoding step).
+``--lossless-prompts N`` checks identity alone on N MT-Bench prompts at batch 1 and 8 with
+prefill chunks of 64 tokens and a KV cache small enough that batch 8 preempts.
+
 Part 4 (``--baseline-rev REV``): the engine of this tree against the engine of git revision
 REV (e.g. the commit before the lean decode step), side by side in one run: engine tokens/s
 at each ``--concurrency`` and prefix-hit/miss TTFT, each measured in a fresh child process
@@ -45,6 +55,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 # A child measuring another revision's engine imports it from ENGINE_BENCH_SOURCE.
 sys.path.insert(0, os.environ.get("ENGINE_BENCH_SOURCE") or str(ROOT))
+sys.path.insert(1, str(ROOT / "bench"))
 
 from local_engine.async_engine import AsyncEngine
 from local_engine.engine import Engine, EngineConfig, detokenize
@@ -254,9 +265,24 @@ async def main() -> None:
     parser.add_argument("--only-baseline-rev", action="store_true",
                         help="run part 4 alone")
     parser.add_argument("--engine-figures", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", action="store_true", help="run part 5 (speculation)")
+    parser.add_argument("--only-spec", action="store_true", help="run part 5 alone")
+    parser.add_argument("--spec-config", default='{"method": "ngram"}',
+                        help="SpecConfig as JSON (engine defaults otherwise)")
+    parser.add_argument("--spec-prompts", type=int, default=16)
+    parser.add_argument("--spec-max-tokens", type=int, default=128)
+    parser.add_argument("--spec-split", choices=("dev", "test"), default="test")
+    parser.add_argument("--lossless-prompts", type=int, default=0)
     args = parser.parse_args()
     if args.engine_figures:
         print(orjson.dumps(await engine_figures(args)).decode())
+        return
+    if args.only_spec:
+        from engine_spec import spec_summary, speculation
+
+        sp = speculation(load(), args)
+        print(orjson.dumps({"speculation": sp}, option=orjson.OPT_INDENT_2).decode())
+        print("summary: " + spec_summary(sp))
         return
     if args.only_baseline_rev:
         rev = against_revision(args)
@@ -294,6 +320,10 @@ async def main() -> None:
     result["prefix_cache"] = await prefix_ttft(engine, tok, questions, args.prefix_rounds)
     engine.close()
     result["detokenize"] = detok_cost(tok, questions, args.detok_tokens)
+    if args.spec:
+        from engine_spec import spec_summary, speculation
+
+        result["speculation"] = speculation(loaded, args)
     if args.baseline_rev:
         del loaded, engine
         result["against_revision"] = against_revision(args)
@@ -310,6 +340,7 @@ async def main() -> None:
           f"tokens {result['detokenize']['incremental_ms']} ms vs "
           f"{result['detokenize']['whole_decode_each_step_ms']} ms decoding the whole output "
           f"each step ({result['detokenize']['speedup']}x)"
+          + (f"; {spec_summary(result['speculation'])}" if args.spec else "")
           + (f"; vs {args.baseline_rev}: " + ", ".join(
               f"{k} {v['ratio']}x" for k, v in result["against_revision"].items()
               if isinstance(v, dict)) if args.baseline_rev else ""))
