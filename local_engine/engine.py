@@ -36,7 +36,8 @@ class EngineConfig:
     ``block_size`` tokens. ``max_batch_tokens``: tokens computed per step (decodes plus
     prefill chunks). ``max_model_len``: prompt plus output, in tokens (capped by the model's
     own limit). ``num_blocks``, when set, overrides ``kv_cache_mb``. ``speculative``: n-gram
-    speculative decoding (None: off; see :class:`~local_engine.speculative.SpecConfig`)."""
+    speculative decoding (None: off; see :class:`~local_engine.speculative.SpecConfig`).
+    ``cuda_graphs``: replay decode steps as CUDA graphs (on CUDA only; eager otherwise)."""
 
     block_size: int = 16
     kv_cache_mb: int = 1024
@@ -45,6 +46,7 @@ class EngineConfig:
     max_batch_tokens: int = 512
     max_model_len: int = 2048
     speculative: SpecConfig | None = None
+    cuda_graphs: bool = True
 
 
 @dataclass(slots=True)
@@ -95,7 +97,8 @@ class Engine:
                                    proposer=NgramProposer(spec) if spec is not None else None,
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(model, num_blocks, config.block_size, config.max_num_seqs,
-                                  self.max_model_len)
+                                  self.max_model_len, spec.num_tokens if spec else 0,
+                                  config.cuda_graphs)
         self.last = StepStats()
         self.decodes = 0  # decoding sequence-steps so far (with or without a draft)
         self.decode_tokens = 0  # tokens those gained

@@ -71,9 +71,9 @@ class EngineMetrics:
                                                  lambda: engine.blocks.hit_rate),
                 "engine_preemptions": ("Sequences preempted so far", lambda:
                                        engine.scheduler.num_preempted),
-                "engine_spec_acceptance_length": ("Mean tokens a decoding sequence gains per "
-                                                  "step, over all steps (1 without "
-                                                  "speculation)",
+                "engine_spec_acceptance_length": (("Mean tokens a decoding sequence gains "
+                                                   "per step, over all steps (1 without "
+                                                   "speculation)"),
                                                   lambda: engine.acceptance_length),
             }
             for name, (doc, fn) in gauges.items():

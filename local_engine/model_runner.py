@@ -9,9 +9,9 @@ computed for the whole batch at once.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
+from local_engine.cuda_graphs import DecodeGraphs
 from local_engine.model import AttentionMeta, Decodes, LlamaModel
 from local_engine.sampling import sample
 from local_engine.scheduler import Scheduled
@@ -26,7 +26,7 @@ class StepInputs:
     logits are needed (all rows of a decode or a verified draft, a prefill's last row when it
     ends the prompt). ``spans[i]``: item i's (first, count) among those R rows."""
 
-    __slots__ = ("ids", "positions", "meta", "logit_rows", "spans")
+    __slots__ = ("ids", "logit_rows", "meta", "positions", "spans")
 
     def __init__(self, ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMeta,
                  logit_rows: torch.Tensor, spans: list[tuple[int, int]]):
@@ -43,12 +43,14 @@ class ModelRunner:
     max_blocks]: row ``seq.seat`` holds that sequence's block ids."""
 
     def __init__(self, model: LlamaModel, num_blocks: int, block_size: int,
-                 max_num_seqs: int = 32, max_model_len: int = 2048):
+                 max_num_seqs: int = 32, max_model_len: int = 2048, max_draft: int = 0,
+                 cuda_graphs: bool = True):
         self.model = model
         self.block_size = block_size
         cfg = model.cfg
         param = next(model.parameters())
-        shape = (num_blocks * block_size, cfg.num_key_value_heads, cfg.head_dim)
+        # one more block than the block manager hands out: scratch for padding rows
+        shape = ((num_blocks + 1) * block_size, cfg.num_key_value_heads, cfg.head_dim)
         self.caches = [(torch.zeros(shape, dtype=param.dtype, device=param.device),
                         torch.zeros(shape, dtype=param.dtype, device=param.device))
                        for _ in range(cfg.num_hidden_layers)]
@@ -63,6 +65,11 @@ class ModelRunner:
         self.tables = self._host.to(self.device) if cuda else self._host
         self._dirty = False
         self._arange = torch.arange(max_blocks * block_size, device=self.device)
+        self.graphs: DecodeGraphs | None = None
+        if cuda and cuda_graphs:  # never on a CPU: nothing to gain there, and eager is exact
+            self.graphs = DecodeGraphs(model, self.caches, block_size, max_num_seqs,
+                                       1 + max_draft, max_blocks, num_blocks * block_size,
+                                       self.group)
 
     @staticmethod
     def kv_bytes_per_block(model: LlamaModel, block_size: int, dtype: torch.dtype) -> int:
@@ -156,10 +163,30 @@ class ModelRunner:
     def forward(self, batch: list[Scheduled]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """Run one step; returns logits [R, vocab] (float32) of the rows that predict a next
         token, and each item's (first, count) among them."""
+        if self.graphs is not None and all(sc.decodes for sc in batch):
+            return self._replay(batch)
         inputs = self.prepare(batch)
         hidden = self.model(inputs.ids, inputs.positions, self.caches, inputs.meta)
         logits = self.model.logits(hidden.index_select(0, inputs.logit_rows))
         return logits, inputs.spans
+
+    def _replay(self, batch: list[Scheduled]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """A decode-only step through a captured CUDA graph (see local_engine.cuda_graphs)."""
+        assert self.graphs is not None
+        self._sync_tables(batch)
+        bs = self.block_size
+        ids, starts, slots = [], [], []
+        width = 0
+        for sc in batch:
+            table = sc.seq.block_table
+            ids.append([sc.seq.last_token, *sc.draft])
+            starts.append(sc.start)
+            slots.append([table[p // bs] * bs + p % bs
+                          for p in range(sc.start, sc.start + sc.num_new)])
+            width = max(width, -(-(sc.start + sc.num_new) // bs))
+        seats = torch.tensor([sc.seq.seat for sc in batch])
+        logits, q = self.graphs.run(ids, starts, slots, seats, self.tables, width)
+        return logits, [(i * q, sc.num_new) for i, sc in enumerate(batch)]
 
     @torch.inference_mode()
     def step(self, batch: list[Scheduled]) -> list[list[int]]:

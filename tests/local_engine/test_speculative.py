@@ -11,6 +11,7 @@ from itertools import pairwise
 import pytest
 import torch
 
+from local_engine.cuda_graphs import DecodeGraphs
 from local_engine.engine import Engine
 from local_engine.sampling import target_probs
 from local_engine.sequence import SamplingParams, Sequence
@@ -264,3 +265,23 @@ def test_draft_positions_count_accepted_tokens(make_engine: Callable[..., Engine
             accepted_at[j] += n
     assert sum(accepted_at) == total > 0
     assert all(a >= b for a, b in pairwise(accepted_at))  # position j+1 needs j
+
+
+@pytest.mark.parametrize("spec", [None, SPEC])
+def test_padded_decode_steps_of_the_cuda_graph_path_give_the_same_outputs(
+        make_engine: Callable[..., Engine], spec: SpecConfig | None) -> None:
+    """The CUDA-graph path pads a decode step to bucketed shapes (batch, queries, block
+    table width) and sends padding rows to a scratch block; run eagerly here, it must give
+    what the unpadded step gives."""
+    prompts = looping_prompts(5, seed=11)
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    plain = make_engine(speculative=spec, max_num_seqs=8)
+    expected, _ = run_all(plain, prompts, params)
+    padded = make_engine(speculative=spec, max_num_seqs=8)
+    r = padded.runner
+    r.graphs = DecodeGraphs(r.model, r.caches, r.block_size, 8, 1 + (spec.num_tokens if spec
+                            else 0), r.tables.shape[1], padded.blocks.num_blocks * r.block_size,
+                            r.group, capture=False)
+    got, _ = run_all(padded, prompts, params)
+    assert [s.output_ids for s in got] == [s.output_ids for s in expected]
+    assert (padded.acceptance_length > 1.5) == (spec is not None)
