@@ -16,6 +16,23 @@ Part 3: detokenization, the engine thread's per-token text work: streaming a
 ``--detok-tokens``-token output token by token with incremental detokenization (what the
 engine does) vs. decoding the whole output at every step; ms per output, and the ratio.
 
+Part 5 (``--spec``): n-gram speculative decoding off vs. on, greedy, two engines on the same
+model, alternating prompt by prompt (batch 1) or round by round (batch 32): an input-grounded
+workload (repeat, quote, extract from a given passage; edit given code; see
+``bench/spec_workloads.py``) and MT-Bench turn 1 at batch 1 (decode tokens/s: output tokens
+after the first over the time after the first), and MT-Bench at batch 32 (output tokens/s
+over the wall time). Also whether the outputs are identical, and the acceptance figures
+(drafts, draft tokens, accepted tokens by position, mean tokens per decoding step).
+``--lossless-prompts N`` checks identity alone on N MT-Bench prompts at batch 1 and 8 with
+prefill chunks of 64 tokens and a KV cache small enough that batch 8 preempts.
+
+Part 4 (``--baseline-rev REV``): the engine of this tree against the engine of git revision
+REV (e.g. the commit before the lean decode step), side by side in one run: engine tokens/s
+at each ``--concurrency`` and prefix-hit/miss TTFT, each measured in a fresh child process
+that imports ``local_engine`` either from this tree or from a ``git archive`` of REV in a
+temporary folder, alternating REV, this, REV, this ... for ``--baseline-rounds`` rounds
+(so that drift in the machine's speed hits both alike); medians, and this tree's ratio.
+
 Prints one JSON object, then a one-line summary.
 """
 
@@ -23,8 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +53,9 @@ import orjson
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# A child measuring another revision's engine imports it from ENGINE_BENCH_SOURCE.
+sys.path.insert(0, os.environ.get("ENGINE_BENCH_SOURCE") or str(ROOT))
+sys.path.insert(1, str(ROOT / "bench"))
 
 from local_engine.async_engine import AsyncEngine
 from local_engine.engine import Engine, EngineConfig, detokenize
@@ -180,6 +202,55 @@ def detok_cost(tokenizer: Any, questions: list[str], length: int) -> dict[str, A
             "whole_decode_each_step_ms": round(full, 2), "speedup": round(full / inc, 1)}
 
 
+async def engine_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """Child mode of part 4: tokens/s at each concurrency and prefix TTFT of whichever
+    ``local_engine`` this process imports."""
+    loaded = load()
+    tok = loaded.tokenizer
+    questions = [orjson.loads(line)["turns"][0] for line in PROMPTS.read_text().splitlines()]
+    prompts = [chat_ids(tok, [{"role": "user", "content": q}])
+               for q in questions[:args.prompts]]
+    engine = AsyncEngine(Engine(loaded.model, lambda ids: tok.decode(ids), EngineConfig(
+        max_num_seqs=32, max_batch_tokens=512, kv_cache_mb=256), loaded.eos_token_ids)).start()
+    await run_engine(engine, prompts[:2], 2, 4)  # warm-up
+    out: dict[str, Any] = {}
+    for c in (int(x) for x in args.concurrency.split(",")):
+        out[f"c{c}_tok_s"] = (await run_engine(engine, prompts, c, args.max_tokens))["tok_s"]
+    pc = await prefix_ttft(engine, tok, questions, args.prefix_rounds)
+    out["prefix_hit_ttft_ms"], out["prefix_miss_ttft_ms"] = (pc["hit_ttft_p50_ms"],
+                                                             pc["miss_ttft_p50_ms"])
+    engine.close()
+    return out
+
+
+def against_revision(args: argparse.Namespace) -> dict[str, Any]:
+    """Part 4: children alternating between REV's engine and this tree's; medians."""
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this": []}
+    child = [sys.executable, __file__, "--engine-figures", "--prompts", str(args.prompts),
+             "--max-tokens", str(args.max_tokens), "--concurrency", args.concurrency,
+             "--prefix-rounds", str(args.prefix_rounds)]
+    with tempfile.TemporaryDirectory(prefix="engine-rev-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline_rev,
+                                  "local_engine", "llm_wire"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for _ in range(args.baseline_rounds):
+            for name, source in (("baseline", tmp), ("this", str(ROOT))):
+                env = {**os.environ, "ENGINE_BENCH_SOURCE": source, "PYTHONPATH": source}
+                done = subprocess.run(child, env=env, check=True, capture_output=True,
+                                      text=True)
+                runs[name].append(orjson.loads(done.stdout.strip().splitlines()[-1]))
+    result: dict[str, Any] = {"baseline_rev": args.baseline_rev,
+                              "rounds": args.baseline_rounds}
+    for key in runs["this"][0]:
+        base = statistics.median(r[key] for r in runs["baseline"])
+        this = statistics.median(r[key] for r in runs["this"])
+        result[key] = {"baseline": base, "this": this, "ratio": round(this / base, 3),
+                       "runs_baseline": [r[key] for r in runs["baseline"]],
+                       "runs_this": [r[key] for r in runs["this"]]}
+    return result
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -189,7 +260,37 @@ async def main() -> None:
     parser.add_argument("--prefix-rounds", type=int, default=5)
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--detok-tokens", type=int, default=2000)
+    parser.add_argument("--baseline-rev", help="also compare with this git revision's engine")
+    parser.add_argument("--baseline-rounds", type=int, default=3)
+    parser.add_argument("--only-baseline-rev", action="store_true",
+                        help="run part 4 alone")
+    parser.add_argument("--engine-figures", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", action="store_true", help="run part 5 (speculation)")
+    parser.add_argument("--only-spec", action="store_true", help="run part 5 alone")
+    parser.add_argument("--spec-config", default='{"method": "ngram"}',
+                        help="SpecConfig as JSON (engine defaults otherwise)")
+    parser.add_argument("--spec-prompts", type=int, default=16)
+    parser.add_argument("--spec-max-tokens", type=int, default=128)
+    parser.add_argument("--spec-split", choices=("dev", "test"), default="test")
+    parser.add_argument("--lossless-prompts", type=int, default=0)
     args = parser.parse_args()
+    if args.engine_figures:
+        print(orjson.dumps(await engine_figures(args)).decode())
+        return
+    if args.only_spec:
+        from engine_spec import spec_summary, speculation
+
+        sp = speculation(load(), args)
+        print(orjson.dumps({"speculation": sp}, option=orjson.OPT_INDENT_2).decode())
+        print("summary: " + spec_summary(sp))
+        return
+    if args.only_baseline_rev:
+        rev = against_revision(args)
+        print(orjson.dumps({"against_revision": rev}, option=orjson.OPT_INDENT_2).decode())
+        print(f"summary: this tree vs {args.baseline_rev}: " + "; ".join(
+            f"{k} {v['this']} vs {v['baseline']} = {v['ratio']}x" for k, v in rev.items()
+            if isinstance(v, dict)))
+        return
     from transformers import AutoModelForCausalLM
 
     loaded = load()
@@ -219,6 +320,13 @@ async def main() -> None:
     result["prefix_cache"] = await prefix_ttft(engine, tok, questions, args.prefix_rounds)
     engine.close()
     result["detokenize"] = detok_cost(tok, questions, args.detok_tokens)
+    if args.spec:
+        from engine_spec import spec_summary, speculation
+
+        result["speculation"] = speculation(loaded, args)
+    if args.baseline_rev:
+        del loaded, engine
+        result["against_revision"] = against_revision(args)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     parts = [f"engine c{c}: {result[f'engine_c{c}']['tok_s']} tok/s"
              + (f" ({result[f'engine_c{c}']['ratio_vs_generate']}x generate)"
@@ -231,7 +339,11 @@ async def main() -> None:
           f"= {pc['hit_over_miss']}x; detokenizing {result['detokenize']['output_tokens']} "
           f"tokens {result['detokenize']['incremental_ms']} ms vs "
           f"{result['detokenize']['whole_decode_each_step_ms']} ms decoding the whole output "
-          f"each step ({result['detokenize']['speedup']}x)")
+          f"each step ({result['detokenize']['speedup']}x)"
+          + (f"; {spec_summary(result['speculation'])}" if args.spec else "")
+          + (f"; vs {args.baseline_rev}: " + ", ".join(
+              f"{k} {v['ratio']}x" for k, v in result["against_revision"].items()
+              if isinstance(v, dict)) if args.baseline_rev else ""))
 
 
 if __name__ == "__main__":

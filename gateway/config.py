@@ -26,6 +26,7 @@ __all__ = [
     "ModelConfig",
     "RateLimitConfig",
     "ServerConfig",
+    "SpeculativeOptions",
     "Target",
     "UpstreamConfig",
     "load_config",
@@ -67,6 +68,33 @@ class AuthConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeOptions:
+    """``[upstreams.NAME.engine] speculative = { method = "ngram", ... }``: lossless n-gram
+    speculative decoding in the engine (``local_engine.speculative.SpecConfig``); off unless
+    a method is named."""
+
+    method: Literal["off", "ngram"] = "off"
+    #: The most draft tokens a sequence verifies per step (each adapts below it).
+    num_tokens: int = bounded(4, ge=1, le=16)
+    #: Suffix lengths looked up in the prompt and output, longest first.
+    min_n: int = bounded(2, ge=1, le=16)
+    max_n: int = bounded(4, ge=1, le=16)
+    #: No speculation in a step with more decoding sequences than this...
+    max_batch_size: int = bounded(8, ge=1, le=1024)
+    #: ... or whose decodes with drafts could exceed this many tokens.
+    max_step_tokens: int = bounded(64, ge=2)
+    #: A sequence whose recent share of accepted draft tokens falls below this stops
+    #: drafting for pause_steps steps.
+    min_acceptance: float = bounded(0.25, ge=0.0, le=1.0)
+    pause_steps: int = bounded(16, ge=0)
+    ewma: float = bounded(0.3, ge=0.0, le=1.0)
+
+    def __post_init__(self) -> None:
+        if self.min_n > self.max_n:
+            raise ValueError("speculative.min_n must be at most max_n")
+
+
+@dataclass(frozen=True)
 class EngineOptions:
     """``[upstreams.NAME.engine]`` of a ``type = "local"`` upstream: the co-located engine
     the gateway starts as a child process (``python -m local_engine``)."""
@@ -88,6 +116,10 @@ class EngineOptions:
     embeddings: bool = True
     #: Requests wait this long for the engine to finish loading (ms).
     start_timeout_ms: int = bounded(300_000, ge=1_000)
+    #: On CUDA, replay decode steps as CUDA graphs (never used on a CPU).
+    cuda_graphs: bool = True
+    #: N-gram speculative decoding (method "ngram"); off by default.
+    speculative: SpeculativeOptions = SpeculativeOptions()
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < self.max_num_seqs:

@@ -95,22 +95,28 @@ class BlockManager:
             self.hits += cached
             self.lookups += len(prompt)
 
-    def append_slot(self, seq: Sequence) -> None:
-        """Make room for one more token of ``seq`` (a new block when it crosses a boundary)."""
-        if seq.num_tokens > len(seq.block_table) * self.block_size:
+    def append_slots(self, seq: Sequence, num_new: int = 1) -> None:
+        """Room for ``seq``'s next step: its last token plus ``num_new - 1`` draft tokens
+        (positions up to ``num_tokens + num_new - 2``), new blocks where they cross a
+        boundary. Raises OutOfBlocks, changing nothing."""
+        needed = self.blocks_needed(seq.num_tokens + num_new - 1) - len(seq.block_table)
+        if needed > self.num_free:
+            raise OutOfBlocks()
+        for _ in range(needed):
             seq.block_table.append(self._take())
 
     def commit(self, seq: Sequence) -> None:
-        """Register ``seq``'s computed full blocks in the prefix cache (after a step)."""
+        """Register ``seq``'s computed full blocks in the prefix cache (after a step). Only
+        tokens below ``num_computed`` are hashed: with speculation, verified ones (rejected
+        drafts leave keys and values beyond it, overwritten later, never shared)."""
         bs = self.block_size
         full = seq.num_computed // bs
         done = len(seq.block_hashes)
         if full <= done:
             return
-        ids = seq.token_ids
         h = seq.block_hashes[-1] if done else 0
         for i in range(done, full):
-            h = hash((h, tuple(ids[i * bs:(i + 1) * bs])))
+            h = hash((h, tuple(seq.tokens(i * bs, (i + 1) * bs))))
             seq.block_hashes.append(h)
             block = seq.block_table[i]
             if self.block_hash[block] is None and h not in self.by_hash:

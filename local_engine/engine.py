@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,6 +21,7 @@ from local_engine.model import LlamaModel
 from local_engine.model_runner import ModelRunner
 from local_engine.scheduler import Scheduler
 from local_engine.sequence import SamplingParams, Sequence
+from local_engine.speculative import NgramProposer, SpecConfig
 
 __all__ = ["Engine", "EngineConfig", "Output", "PromptTooLong", "detokenize"]
 
@@ -34,7 +35,9 @@ class EngineConfig:
     """``kv_cache_mb``: memory for the paged KV cache (MiB), split into blocks of
     ``block_size`` tokens. ``max_batch_tokens``: tokens computed per step (decodes plus
     prefill chunks). ``max_model_len``: prompt plus output, in tokens (capped by the model's
-    own limit). ``num_blocks``, when set, overrides ``kv_cache_mb``."""
+    own limit). ``num_blocks``, when set, overrides ``kv_cache_mb``. ``speculative``: n-gram
+    speculative decoding (None: off; see :class:`~local_engine.speculative.SpecConfig`).
+    ``cuda_graphs``: replay decode steps as CUDA graphs (on CUDA only; eager otherwise)."""
 
     block_size: int = 16
     kv_cache_mb: int = 1024
@@ -42,6 +45,8 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_batch_tokens: int = 512
     max_model_len: int = 2048
+    speculative: SpecConfig | None = None
+    cuda_graphs: bool = True
 
 
 @dataclass(slots=True)
@@ -56,11 +61,19 @@ class Output:
 
 @dataclass
 class StepStats:
-    """Figures of the last step, for metrics: sequences in it, tokens computed, wall ms."""
+    """Figures of the last step, for metrics: sequences in it, tokens computed, wall ms;
+    decoding sequences and the tokens they gained; drafts verified, their tokens, the
+    accepted ones, and ``accepted_at[j]``: drafts whose token j was accepted."""
 
     num_seqs: int = 0
     num_tokens: int = 0
     ms: float = 0.0
+    decodes: int = 0
+    decode_tokens: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_at: list[int] = field(default_factory=list)
 
 
 class Engine:
@@ -79,9 +92,22 @@ class Engine:
         self.max_model_len = min(config.max_model_len, model.cfg.max_position_embeddings,
                                  num_blocks * config.block_size)
         self.blocks = BlockManager(num_blocks, config.block_size)
-        self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_batch_tokens)
-        self.runner = ModelRunner(model, num_blocks, config.block_size)
+        spec = config.speculative
+        self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_batch_tokens,
+                                   proposer=NgramProposer(spec) if spec is not None else None,
+                                   max_model_len=self.max_model_len)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, config.max_num_seqs,
+                                  self.max_model_len, spec.num_tokens if spec else 0,
+                                  config.cuda_graphs)
         self.last = StepStats()
+        self.decodes = 0  # decoding sequence-steps so far (with or without a draft)
+        self.decode_tokens = 0  # tokens those gained
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens a decoding sequence gains per step, over all steps so far (1.0
+        without speculation)."""
+        return self.decode_tokens / self.decodes if self.decodes else 1.0
 
     def add(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
         """Queue a request. Raises ValueError for an empty prompt and PromptTooLong when the
@@ -113,21 +139,56 @@ class Engine:
             return []
         tokens = self.runner.step(batch)
         now = time.perf_counter()
+        stats = StepStats(len(batch), sum(sc.num_new for sc in batch))
         outputs: list[Output] = []
-        for sc, token in zip(batch, tokens, strict=True):
+        for sc, new in zip(batch, tokens, strict=True):
             seq = sc.seq
-            seq.num_computed = sc.start + sc.num_new
-            if token is None:  # a prefill chunk short of the end
+            # a decode keeps its last token and the accepted drafts: len(new) - 1 of them
+            seq.num_computed = sc.start + (len(new) if sc.decodes else sc.num_new)
+            if not new:  # a prefill chunk short of the end
                 self.blocks.commit(seq)
                 continue
-            seq.output_ids.append(token)
-            self.blocks.commit(seq)
+            if sc.decodes:
+                stats.decodes += 1
+                stats.decode_tokens += len(new)
+            if sc.draft:
+                self._count_draft(stats, seq, len(sc.draft), len(new) - 1)
             if seq.first_token_at is None:
                 seq.first_token_at = now
-            outputs.append(self._postprocess(seq, token))
-        self.last = StepStats(len(batch), sum(sc.num_new for sc in batch),
-                              (time.perf_counter() - t0) * 1e3)
+            seq.output_ids.extend(new)  # hashed with the blocks they complete, then
+            self.blocks.commit(seq)
+            del seq.output_ids[-len(new):]  # re-added one at a time, ends checked
+            outputs.append(self._append(seq, new))
+        stats.ms = (time.perf_counter() - t0) * 1e3
+        self.decodes += stats.decodes
+        self.decode_tokens += stats.decode_tokens
+        self.last = stats
         return outputs
+
+    def _count_draft(self, stats: StepStats, seq: Sequence, proposed: int,
+                     accepted: int) -> None:
+        assert self.scheduler.proposer is not None  # drafts come only from it
+        self.scheduler.proposer.observe(seq, proposed, accepted)
+        stats.drafts += 1
+        stats.draft_tokens += proposed
+        stats.accepted += accepted
+        if len(stats.accepted_at) < proposed:
+            stats.accepted_at.extend([0] * (proposed - len(stats.accepted_at)))
+        for j in range(accepted):
+            stats.accepted_at[j] += 1
+
+    def _append(self, seq: Sequence, new: list[int]) -> Output:
+        """Add ``new`` tokens one at a time, each checked as if it came alone, so that an
+        accepted run of drafts ends exactly where plain decoding would have (EOS, a stop
+        string, ``max_tokens``, the context length); tokens after the end are dropped."""
+        text = ""
+        for token in new:
+            seq.output_ids.append(token)
+            out = self._postprocess(seq, token)
+            text += out.text
+            if out.finished:
+                return Output(seq, text, True)
+        return Output(seq, text, False)
 
     def _postprocess(self, seq: Sequence, token: int) -> Output:
         p = seq.params

@@ -47,6 +47,15 @@ class EngineMetrics:
                                 ["reason"], registry=r)
         self.aborted = Counter("engine_requests_aborted", "Requests cancelled by their client",
                                registry=r)
+        self.spec_drafts = Counter("engine_spec_drafts", "Drafts verified (speculative "
+                                   "decoding)", registry=r)
+        self.spec_draft_tokens = Counter("engine_spec_draft_tokens", "Draft tokens verified",
+                                         registry=r)
+        self.spec_accepted = Counter("engine_spec_accepted_tokens", "Draft tokens accepted",
+                                     registry=r)
+        self.spec_accepted_at = Counter("engine_spec_accepted_tokens_by_position",
+                                        "Drafts whose token at this position (1 = first) "
+                                        "was accepted", ["position"], registry=r)
         self.embed_batch = Histogram("engine_embed_batch_size", "Texts per embedding batch",
                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
         if engine is not None:
@@ -62,6 +71,10 @@ class EngineMetrics:
                                                  lambda: engine.blocks.hit_rate),
                 "engine_preemptions": ("Sequences preempted so far", lambda:
                                        engine.scheduler.num_preempted),
+                "engine_spec_acceptance_length": (("Mean tokens a decoding sequence gains "
+                                                   "per step, over all steps (1 without "
+                                                   "speculation)"),
+                                                  lambda: engine.acceptance_length),
             }
             for name, (doc, fn) in gauges.items():
                 Gauge(name, doc, registry=r).set_function(fn)
@@ -72,6 +85,13 @@ class EngineMetrics:
             self.batch_size.observe(last.num_seqs)
             self.step_tokens.observe(last.num_tokens)
             self.step_ms.observe(last.ms)
+        if last.drafts:
+            self.spec_drafts.inc(last.drafts)
+            self.spec_draft_tokens.inc(last.draft_tokens)
+            self.spec_accepted.inc(last.accepted)
+            for j, n in enumerate(last.accepted_at):
+                if n:
+                    self.spec_accepted_at.labels(str(j + 1)).inc(n)
 
     def observe_finished(self, seq: Sequence, now: float) -> None:
         n = len(seq.output_ids)

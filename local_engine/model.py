@@ -1,10 +1,11 @@
 """A compact Llama forward pass over a paged KV cache (tensors only, no scheduling).
 
 The batch is flat: the new tokens of every scheduled sequence, concatenated. Each layer
-writes the new keys and values into their cache slots, then each sequence attends over its
-own cached context (gathered through its block table) with a causal offset, so prefill
-chunks, whole prompts and decode steps share one code path. Weights are Hugging Face
-``LlamaForCausalLM`` names (SmolLM2 is a Llama).
+writes the new keys and values into their cache slots, then attends: decoding sequences
+(one new token each, or their last token and the draft tokens to verify) as one padded
+batch, prefill chunks one by one with a causal offset. Contexts are read through block
+tables, a block at a time. Weights are Hugging Face ``LlamaForCausalLM`` names (SmolLM2 is
+a Llama).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AttentionMeta", "LlamaConfig", "LlamaModel"]
+__all__ = ["AttentionMeta", "Decodes", "LlamaConfig", "LlamaModel"]
 
 
 @dataclass(frozen=True)
@@ -57,20 +58,35 @@ class LlamaConfig:
 
 
 @dataclass
-class AttentionMeta:
-    """Where the step's tokens sit in the flat batch and in the cache (built once a step).
+class Decodes:
+    """The step's decoding sequences, attended as one padded batch of ``B`` sequences with
+    ``Q`` queries each: one for a plain decode, ``1 + k`` when ``k`` draft tokens are verified
+    (a sequence with fewer is padded). Their new tokens are rows ``[0, rows)`` of the flat
+    batch, in order. ``tables`` [B, W] block ids of their contexts (W blocks cover the longest);
+    ``mask`` [B, 1, Q * G, W * block_size] True where a query sees a key (causal from the
+    sequence's first new position; ``G`` query heads share a key-value head, see
+    :meth:`Attention.forward`). ``gather`` [B * Q] the flat row of each padded query and
+    ``scatter`` ([R] padded indices, [R] flat rows) put real answers back, or both None
+    when every sequence has exactly ``Q`` new tokens."""
 
-    ``slots``: [T] cache slot of every new token. Decoding sequences (one new token each) are
-    attended together: ``decode_rows`` [Nd] their rows in the batch, ``decode_slots``
-    [Nd, L] their context's cache slots padded to the longest, ``decode_mask``
-    [Nd, 1, 1, L] True on real slots. Prefill chunks go one by one: ``prefills`` holds
-    (first row, row count, context slots [ctx], causal mask [n, ctx]).
-    """
+    rows: int
+    q: int
+    tables: torch.Tensor
+    mask: torch.Tensor
+    gather: torch.Tensor | None = None
+    scatter: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+@dataclass
+class AttentionMeta:
+    """Where the step's tokens sit in the flat batch and in the paged cache (built once a
+    step). ``slots``: [T] cache slot of every new token. ``decodes``: see :class:`Decodes`.
+    Prefill chunks follow, one by one: ``prefills`` holds (first row, row count, block ids
+    [nb] of the context, causal mask [n, nb * block_size])."""
 
     slots: torch.Tensor
-    decode_rows: torch.Tensor | None = None
-    decode_slots: torch.Tensor | None = None
-    decode_mask: torch.Tensor | None = None
+    block_size: int
+    decodes: Decodes | None = None
     prefills: list[tuple[int, int, torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
@@ -107,27 +123,44 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta) -> torch.Tensor:
-        t = x.shape[0]
-        q = rotate(self.q_proj(x).view(t, self.h, self.d), cos, sin)
-        k = rotate(self.k_proj(x).view(t, self.kvh, self.d), cos, sin)
-        v = self.v_proj(x).view(t, self.kvh, self.d)
+        """x: [T, hidden]; caches: [slots, KVH, D]. Keys and values are read a whole block
+        at a time (``index_select`` of block rows: a memcpy each, several times faster on a
+        CPU than gathering slot by slot)."""
+        t, h, kvh, d = x.shape[0], self.h, self.kvh, self.d
+        q = rotate(self.q_proj(x).view(t, h, d), cos, sin)
+        k = rotate(self.k_proj(x).view(t, kvh, d), cos, sin)
+        v = self.v_proj(x).view(t, kvh, d)
         k_cache.index_copy_(0, meta.slots, k)
         v_cache.index_copy_(0, meta.slots, v)
+        bs = meta.block_size
+        k_blocks = k_cache.view(-1, bs * kvh * d)
+        v_blocks = v_cache.view(-1, bs * kvh * d)
         out = torch.empty_like(q)
-        if meta.decode_rows is not None:
-            qd = q[meta.decode_rows].unsqueeze(2)  # [Nd, H, 1, D]
-            kd = k_cache[meta.decode_slots].transpose(1, 2)  # [Nd, KVH, L, D]
-            vd = v_cache[meta.decode_slots].transpose(1, 2)
-            od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask,
-                                                enable_gqa=True)
-            out[meta.decode_rows] = od.squeeze(2)
-        for start, n, slots, mask in meta.prefills:
+        dec = meta.decodes
+        if dec is not None:
+            b, nq, g = dec.tables.shape[0], dec.q, h // kvh
+            qd = q[:dec.rows] if dec.gather is None else q.index_select(0, dec.gather)
+            # Query heads grouped under their key-value head: [B, KVH, Q * G, D] against
+            # keys [B, KVH, L, D], so no key or value is repeated G times (GQA, Ainslie et
+            # al. 2023); head i uses key-value head i // G as in Hugging Face Llama.
+            qd = qd.view(b, nq, kvh, g, d).permute(0, 2, 1, 3, 4).reshape(b, kvh, nq * g, d)
+            flat = dec.tables.flatten()
+            kd = k_blocks.index_select(0, flat).view(b, -1, kvh, d).transpose(1, 2)
+            vd = v_blocks.index_select(0, flat).view(b, -1, kvh, d).transpose(1, 2)
+            od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=dec.mask)
+            od = od.view(b, kvh, nq, g, d).permute(0, 2, 1, 3, 4).reshape(b * nq, h, d)
+            if dec.scatter is None:
+                out[:dec.rows] = od
+            else:
+                src, dst = dec.scatter
+                out.index_copy_(0, dst, od.index_select(0, src))
+        for start, n, blocks, mask in meta.prefills:
             qi = q[start:start + n].transpose(0, 1)  # [H, n, D]
-            ki = k_cache[slots].transpose(0, 1)  # [KVH, ctx, D]
-            vi = v_cache[slots].transpose(0, 1)
+            ki = k_blocks.index_select(0, blocks).view(-1, kvh, d).transpose(0, 1)
+            vi = v_blocks.index_select(0, blocks).view(-1, kvh, d).transpose(0, 1)
             o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
             out[start:start + n] = o.transpose(0, 1)
-        projected: torch.Tensor = self.o_proj(out.reshape(t, self.h * self.d))
+        projected: torch.Tensor = self.o_proj(out.reshape(t, h * d))
         return projected
 
 

@@ -1,4 +1,11 @@
-"""Next-token choice from logits: greedy, temperature, nucleus (top-p), per-request seeds."""
+"""Next-token choice from logits, vectorised over the batch: greedy, temperature, nucleus
+(top-p), per-request seeds.
+
+Sampling is an exponential race: ``argmax(p / E)`` with ``E ~ Exp(1)`` i.i.d. per token picks
+token ``i`` with probability ``p_i`` (the Gumbel-max trick in another guise; vLLM samples
+this way), so a whole batch samples in a few tensor ops while a seeded request still draws
+its noise from its own generator.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +13,62 @@ import torch
 
 from local_engine.sequence import SamplingParams
 
-__all__ = ["sample"]
+__all__ = ["exponential", "sample", "sampling_tensors", "target_probs", "uniform"]
+
+
+def target_probs(logits: torch.Tensor, temperature: torch.Tensor,
+                 top_p: torch.Tensor | None) -> torch.Tensor:
+    """The distribution a request samples from. ``logits`` [N, V] float32; ``temperature``
+    [N] (> 0); ``top_p`` [N] or None for no nucleus cut. Returns probabilities [N, V] (rows
+    sum to 1); top-p keeps the smallest set of tokens whose probability reaches ``top_p``
+    (Holtzman et al., "The Curious Case of Neural Text Degeneration", ICLR 2020)."""
+    probs = torch.softmax(logits / temperature[:, None], dim=-1)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p[:, None]
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(drop, 0))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def exponential(shape: tuple[int, ...], generators: list[torch.Generator | None],
+                device: torch.device) -> torch.Tensor:
+    """Exp(1) noise [N, V]: row i from ``generators[i]`` when set, the rest in one draw
+    from the default generator. Floored at 1e-20 so that ``p / E`` is never 0 / 0."""
+    noise = torch.empty(shape, device=device).exponential_()
+    for i, g in enumerate(generators):
+        if g is not None:
+            noise[i].exponential_(generator=g)
+    return noise.clamp_min_(1e-20)
+
+
+def uniform(shape: tuple[int, int], generators: list[torch.Generator | None],
+            device: torch.device) -> torch.Tensor:
+    """U[0, 1) draws [N, M], row i from ``generators[i]`` when set."""
+    u = torch.rand(shape, device=device)
+    for i, g in enumerate(generators):
+        if g is not None:
+            u[i] = torch.rand(shape[1], device=device, generator=g)
+    return u
+
+
+def sampling_tensors(params: list[SamplingParams], device: torch.device
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-row temperature [N] (0 where greedy) and top-p [N] (None when no row cuts)."""
+    temperature = torch.tensor([p.temperature for p in params], device=device)
+    cut = any(p.top_p < 1.0 for p in params)
+    top_p = torch.tensor([p.top_p for p in params], device=device) if cut else None
+    return temperature, top_p
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator | None]) -> list[int]:
-    """``logits``: [N, vocab] float32, one row per sequence. Temperature 0 is greedy; top-p
-    keeps the smallest set of tokens whose probability reaches ``top_p`` (Holtzman et al.,
-    "The Curious Case of Neural Text Degeneration", ICLR 2020)."""
-    out: list[int] = []
-    greedy = logits.argmax(dim=-1).tolist()
-    for i, p in enumerate(params):
-        if p.temperature <= 0:
-            out.append(int(greedy[i]))
-            continue
-        probs = torch.softmax(logits[i] / p.temperature, dim=-1)
-        if p.top_p < 1.0:
-            sorted_probs, order = probs.sort(descending=True)
-            keep = sorted_probs.cumsum(0) - sorted_probs < p.top_p
-            sorted_probs = sorted_probs * keep
-            choice = torch.multinomial(sorted_probs, 1, generator=generators[i])
-            out.append(int(order[choice]))
-        else:
-            out.append(int(torch.multinomial(probs, 1, generator=generators[i])))
-    return out
+           generators: list[torch.Generator | None]) -> torch.Tensor:
+    """``logits``: [N, vocab] float32, one row per sequence. Returns token ids [N] (int64);
+    temperature 0 is greedy."""
+    greedy = logits.argmax(dim=-1)
+    if all(p.temperature <= 0 for p in params):
+        return greedy
+    temperature, top_p = sampling_tensors(params, logits.device)
+    probs = target_probs(logits, temperature.clamp_min(1e-5), top_p)
+    chosen = (probs / exponential(tuple(probs.shape), generators, probs.device)).argmax(-1)
+    return torch.where(temperature > 0, chosen, greedy)

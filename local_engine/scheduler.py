@@ -8,27 +8,57 @@ gets its first token in its first step (Orca, OSDI '22; Sarathi-Serve, OSDI '24)
 passed over ``starve_steps`` steps in a row jumps the queue, so a stream of short prompts
 cannot starve a long one. When blocks run out
 during decoding, the newest running sequence is preempted and recomputed later.
+
+With a draft proposer (speculative decoding), a decoding sequence may get draft tokens to
+verify in the same step: KV slots are reserved for all of them (or, when blocks are short,
+none: the sequence decodes plainly rather than preempting another for a guess), and they
+count against ``max_batch_tokens``. Drafts live only in the step's :class:`Scheduled`: a
+preempted sequence has none.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from local_engine.block_manager import BlockManager, OutOfBlocks
 from local_engine.sequence import SeqStatus, Sequence
 
-__all__ = ["Scheduled", "Scheduler"]
+__all__ = ["Proposer", "Scheduled", "Scheduler"]
+
+
+class Proposer(Protocol):
+    """Draft tokens for speculative decoding (see :mod:`local_engine.speculative`)."""
+
+    def active(self, num_decoding: int) -> bool:
+        """Should a step with this many decoding sequences speculate at all?"""
+        ...
+
+    def propose(self, seq: Sequence, limit: int) -> list[int]:
+        """At most ``limit`` (>= 1) draft tokens to verify after ``seq``'s last token."""
+        ...
+
+    def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
+        """How many of the ``proposed`` draft tokens the model accepted."""
+        ...
 
 
 @dataclass(slots=True)
 class Scheduled:
-    """One sequence's share of a step: ``num_new`` tokens starting at ``start``."""
+    """One sequence's share of a step: ``num_new`` tokens starting at ``start``; for a
+    decode with speculation, its last token and then the ``draft`` tokens to verify."""
 
     seq: Sequence
     start: int
     num_new: int
+    draft: list[int] = field(default_factory=list)
+
+    @property
+    def decodes(self) -> bool:
+        """Does this step compute just the sequence's last token (and its draft)?"""
+        return self.start == self.seq.num_tokens - 1
 
     @property
     def samples(self) -> bool:
@@ -38,8 +68,11 @@ class Scheduled:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, max_num_seqs: int = 32,
-                 max_batch_tokens: int = 512, starve_steps: int = 8):
+                 max_batch_tokens: int = 512, starve_steps: int = 8,
+                 proposer: Proposer | None = None, max_model_len: int = 2048):
         self.blocks = blocks
+        self.proposer = proposer
+        self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
         self.max_batch_tokens = max_batch_tokens
         #: A prefill passed over this many steps in a row goes first (no starvation).
@@ -47,6 +80,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preempted = 0
+        # Seats: rows of the runner's block-table tensor, one per running sequence.
+        self.free_seats = list(range(max_num_seqs - 1, -1, -1))
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -54,7 +89,7 @@ class Scheduler:
     def abort(self, seq: Sequence, reason: str = "abort") -> None:
         """Drop ``seq`` wherever it is; its KV blocks are free for the next step."""
         if seq in self.running:
-            self.running.remove(seq)
+            self._leave(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.blocks.release(seq)
@@ -67,13 +102,23 @@ class Scheduler:
     def schedule(self) -> list[Scheduled]:
         budget = self.max_batch_tokens
         batch: list[Scheduled] = []
-        # 1. decodes, one token each
-        for seq in list(self.running):
-            if seq.in_prefill or seq not in self.running:
+        # 1. decodes, one token each (and their drafts, when speculation pays this step)
+        decoding = [seq for seq in self.running if not seq.in_prefill]
+        proposer = self.proposer
+        if proposer is not None and not proposer.active(len(decoding)):
+            proposer = None
+        for seq in decoding:
+            if seq not in self.running:  # preempted for an earlier one's block
                 continue
-            while True:
+            draft = self._draft(proposer, seq) if proposer is not None else []
+            if draft:
                 try:
-                    self.blocks.append_slot(seq)
+                    self.blocks.append_slots(seq, 1 + len(draft))
+                except OutOfBlocks:
+                    draft = []
+            while not draft:
+                try:
+                    self.blocks.append_slots(seq, 1)
                     break
                 except OutOfBlocks:
                     victim = self.running[-1]
@@ -81,8 +126,8 @@ class Scheduler:
                     if victim is seq:
                         break
             if seq in self.running:
-                batch.append(Scheduled(seq, seq.num_tokens - 1, 1))
-                budget -= 1
+                batch.append(Scheduled(seq, seq.num_tokens - 1, 1 + len(draft), draft))
+                budget -= 1 + len(draft)
         # 2. admit new sequences while seats, blocks and some compute are left
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
@@ -91,14 +136,16 @@ class Scheduler:
             except OutOfBlocks:
                 break
             self.waiting.popleft()
+            seq.seat = self.free_seats.pop()
+            seq.num_synced_blocks = 0
             seq.status = SeqStatus.RUNNING
             if seq.admitted_at is None:
                 seq.admitted_at = time.perf_counter()
             self.running.append(seq)
         # 3. prefill chunks, shortest remaining first: a short prompt is not held behind a
         # long one, and a long one advances by whatever budget is left each step
-        decoding = {id(sc.seq) for sc in batch}
-        prefills = sorted((s for s in self.running if id(s) not in decoding),
+        scheduled = {id(sc.seq) for sc in batch}
+        prefills = sorted((s for s in self.running if id(s) not in scheduled),
                           key=lambda s: (s.skipped < self.starve_steps,
                                          s.num_tokens - s.num_computed))
         for seq in prefills:
@@ -111,15 +158,26 @@ class Scheduler:
             seq.skipped = 0
         return batch
 
+    def _draft(self, proposer: Proposer, seq: Sequence) -> list[int]:
+        # room for the draft and one more token within max_tokens and the context length
+        limit = min(seq.params.max_tokens - len(seq.output_ids),
+                    self.max_model_len - seq.num_tokens) - 1
+        return proposer.propose(seq, limit)[:limit] if limit > 0 else []
+
     def _preempt(self, seq: Sequence) -> None:
         """Recompute later: prompt and output so far are prefilled again when it is readmitted
         (cheaply, where their blocks are still in the prefix cache)."""
-        self.running.remove(seq)
+        self._leave(seq)
         self.blocks.release(seq)
         seq.num_computed = 0
         self.num_preempted += 1
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)
+
+    def _leave(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.free_seats.append(seq.seat)
+        seq.seat = -1
 
     def finish(self, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason

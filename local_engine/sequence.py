@@ -57,6 +57,12 @@ class Sequence:
     read_offset: int = 0
     emitted: int = 0  # characters of ``text`` already handed to the caller
     generator: Any = None  # torch.Generator when params.seed is set
+    # The runner keeps every running sequence's block table as a row (``seat``) of one
+    # tensor and copies only the entries added since the last step; the scheduler assigns
+    # the seat on admission and resets ``num_synced_blocks`` whenever the table is rebuilt.
+    seat: int = -1
+    num_synced_blocks: int = 0
+    draft: Any = None  # speculative.DraftState once speculation has looked at it
 
     @property
     def num_tokens(self) -> int:
@@ -64,7 +70,21 @@ class Sequence:
 
     @property
     def token_ids(self) -> list[int]:
+        """A copy of prompt plus output (O(length): not for the per-step path)."""
         return self.prompt_ids + self.output_ids
+
+    @property
+    def last_token(self) -> int:
+        return self.output_ids[-1] if self.output_ids else self.prompt_ids[-1]
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Tokens ``[start, end)`` of prompt plus output, copying only those."""
+        n = len(self.prompt_ids)
+        if end <= n:
+            return self.prompt_ids[start:end]
+        if start >= n:
+            return self.output_ids[start - n:end - n]
+        return self.prompt_ids[start:] + self.output_ids[:end - n]
 
     @property
     def in_prefill(self) -> bool:

@@ -40,6 +40,7 @@ from local_engine.openai_format import (
     parse_embeddings,
     usage,
 )
+from local_engine.speculative import SpecConfig
 
 __all__ = ["EngineServer", "build_app", "main"]
 
@@ -222,14 +223,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--default-max-tokens", type=int, default=512)
     parser.add_argument("--no-embeddings", action="store_true")
+    parser.add_argument("--no-cuda-graphs", action="store_true",
+                        help="run decode steps eagerly on CUDA too (graphs are CUDA only)")
+    parser.add_argument("--speculative", metavar="JSON",
+                        help='n-gram speculative decoding, e.g. \'{"method": "ngram", '
+                             '"num_tokens": 4}\' (keys: local_engine.speculative.SpecConfig)')
 
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    try:
+        spec = (SpecConfig.from_dict(orjson.loads(args.speculative)) if args.speculative
+                else None)
+    except (ValueError, TypeError) as exc:  # bad JSON, keys or values
+        raise SystemExit(f"--speculative: {exc}") from exc
     config = EngineConfig(kv_cache_mb=args.kv_cache_mb, max_num_seqs=args.max_num_seqs,
                           max_batch_tokens=args.max_batch_tokens,
-                          max_model_len=args.max_model_len)
+                          max_model_len=args.max_model_len, speculative=spec,
+                          cuda_graphs=not args.no_cuda_graphs)
     server, metrics = load_server(args.model, config, not args.no_embeddings,
                                   args.default_max_tokens)
     uvicorn.run(build_app(server, metrics), host=args.host, port=args.port,

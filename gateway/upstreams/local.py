@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
+import json
 import signal
 import subprocess
 import sys
@@ -73,6 +75,10 @@ class LocalUpstream(OpenAIUpstream):
                "--max-batch-tokens", str(e.max_batch_tokens),
                "--max-model-len", str(e.max_model_len),
                "--default-max-tokens", str(e.default_max_tokens)]
+        if not e.cuda_graphs:
+            cmd.append("--no-cuda-graphs")
+        if e.speculative.method != "off":
+            cmd += ["--speculative", json.dumps(dataclasses.asdict(e.speculative))]
         return cmd if e.embeddings else [*cmd, "--no-embeddings"]
 
     async def start(self) -> None:

@@ -57,6 +57,7 @@ embeddings = false
 kv_cache_mb = 16
 max_model_len = 512
 default_max_tokens = 8
+speculative = {{ method = "ngram", num_tokens = 3, max_batch_size = 4 }}
 
 [models.tiny]
 targets = [{{ upstream = "engine", model = "tiny" }}]
@@ -94,6 +95,7 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
         assert 'engine_requests_finished_total{reason="length",upstream="engine"}' in metrics \
             or 'engine_requests_finished_total{reason="stop",upstream="engine"}' in metrics
         assert 'engine_ttft_ms_count{upstream="engine"}' in metrics
+        assert 'engine_spec_acceptance_length{upstream="engine"}' in metrics
         assert 'gateway_engine_scrape_errors_total{upstream="engine"} 0.0' in metrics
         assert "gateway_requests_total" in metrics
         process = upstream._process
@@ -115,6 +117,14 @@ def test_local_upstream_config_is_checked(tmp_path: Path) -> None:
         load_config(path)
     path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\nmodle = "x"\n')
     with pytest.raises(ConfigError, match="modle"):
+        load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\n'
+                    'speculative = { method = "ngram", tokens = 4 }\n')
+    with pytest.raises(ConfigError, match="speculative.tokens"):
+        load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\n'
+                    'speculative = { method = "eagle" }\n')
+    with pytest.raises(ConfigError, match="speculative.method"):
         load_config(path)
 
 

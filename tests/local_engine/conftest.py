@@ -1,7 +1,12 @@
-"""A tiny randomly initialised Llama, built in the test run (no download), and engines on it."""
+"""A tiny randomly initialised Llama, built in the test run (no download), and engines on it.
+
+``ENGINE_TEST_DEVICE=cuda`` (and optionally ``ENGINE_TEST_DTYPE=bfloat16``) runs these
+engines on a GPU; the default is the CPU in float32.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +18,8 @@ from local_engine.engine import Engine, EngineConfig
 from local_engine.loader import from_hf_module
 
 VOCAB = 96
+DEVICE = torch.device(os.environ.get("ENGINE_TEST_DEVICE", "cpu"))
+DTYPE = getattr(torch, os.environ.get("ENGINE_TEST_DTYPE", "float32"))
 
 
 def decode(ids: list[int]) -> str:
@@ -34,9 +41,14 @@ def hf_model() -> LlamaForCausalLM:
 
 
 @pytest.fixture()
+def engine_dtype() -> torch.dtype:
+    return DTYPE
+
+
+@pytest.fixture()
 def make_engine(hf_model: LlamaForCausalLM) -> Callable[..., Engine]:
     def make(**kwargs: object) -> Engine:
-        model = from_hf_module(hf_model)
+        model = from_hf_module(hf_model, DEVICE, DTYPE)
         config = EngineConfig(**{"kv_cache_mb": 1, "block_size": 4, **kwargs})  # type: ignore[arg-type]
         return Engine(model, decode, config, eos_token_ids=(1,))
 

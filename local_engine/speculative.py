@@ -1,0 +1,200 @@
+"""Lossless n-gram speculative decoding: draft tokens looked up in the sequence itself, all
+verified by the model in one forward pass, kept only where the model agrees.
+
+Proposer: prompt-lookup decoding (Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding;
+vLLM's ``ngram`` method): the sequence's last ``n`` tokens (``max_n`` down to ``min_n``) are
+looked up among its earlier tokens (prompt and output) and the ``k`` tokens that followed
+their latest earlier occurrence become the draft (when that occurrence is within ``k`` tokens
+of the end, the sequence is looping and the draft goes round the loop). The lookup is a dict per sequence from
+n-gram to where its continuation starts, updated by the few tokens each step adds, so a
+proposal costs a handful of dict operations however long the sequence is. No draft model:
+it pays where the output repeats its input (quote, extract, edit given code, summarise).
+
+Verification: the step computes the sequence's last token and its ``k`` drafts as ``k + 1``
+queries (one forward for the whole batch), giving the target distribution ``p_j`` at each.
+Greedy requests keep drafts while they equal the argmax, then take the argmax. Sampled
+requests use speculative sampling's rejection rule (Leviathan et al., "Fast Inference from
+Transformers via Speculative Decoding", ICML 2023; Chen et al., "Accelerating Large Language
+Model Decoding with Speculative Sampling", 2023) with a one-hot draft ``q = δ_x``: accept
+``x`` with probability ``min(1, p(x) / q(x)) = p(x)``; on rejection sample from
+``max(0, p - q)`` normalised, i.e. ``p`` with ``x`` removed. Every emitted token is then
+distributed exactly as plain sampling from ``p``; after ``k`` acceptances a bonus token is
+sampled from ``p_k``. Outputs are those of plain decoding (greedy: identical up to
+floating-point ties).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+
+from local_engine.sampling import exponential, sampling_tensors, target_probs, uniform
+from local_engine.sequence import SamplingParams, Sequence
+
+__all__ = ["DraftState", "NgramProposer", "SpecConfig", "verify"]
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """``num_tokens``: the most draft tokens a sequence verifies in a step (k; each
+    sequence's draft length adapts below it). ``min_n``/``max_n``: suffix lengths looked
+    up, longest first. Speculation is skipped for the whole step (no lookup, no extra
+    tokens) when more than ``max_batch_size`` sequences decode in it or their tokens with
+    drafts could exceed ``max_step_tokens``: a large batch already uses the hardware well,
+    and verifying rejected drafts would slow it down (vLLM's ngram method lost 1.8x at high
+    load without such a cut). A sequence whose recent share of accepted draft tokens falls
+    below ``min_acceptance`` stops drafting for ``pause_steps`` steps (its rate is an
+    exponential moving average with weight ``ewma`` on the newest draft)."""
+
+    method: str = "ngram"
+    num_tokens: int = 4
+    min_n: int = 2
+    max_n: int = 4
+    max_batch_size: int = 8
+    max_step_tokens: int = 64
+    min_acceptance: float = 0.25
+    pause_steps: int = 16
+    ewma: float = 0.3
+
+    def __post_init__(self) -> None:
+        if self.method != "ngram":
+            raise ValueError(f"speculative method {self.method!r} is not supported; "
+                             "the engine runs 'ngram'")
+        if not 1 <= self.num_tokens <= 16:
+            raise ValueError("speculative num_tokens must be between 1 and 16")
+        if not 1 <= self.min_n <= self.max_n:
+            raise ValueError("speculative needs 1 <= min_n <= max_n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpecConfig:
+        """Raises ValueError naming an unknown key and the allowed ones."""
+        allowed = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ValueError(f"unknown speculative key {unknown[0]!r}; allowed: "
+                             + ", ".join(sorted(allowed)))
+        return cls(**data)
+
+
+@dataclass(eq=False)
+class DraftState:
+    """Per sequence: ``index`` maps an n-gram (a tuple of n tokens) to the position right
+    after its latest occurrence, for occurrences ending at positions ``< indexed``."""
+
+    index: dict[tuple[int, ...], int] = field(default_factory=dict)
+    indexed: int = 0
+    rate: float = 1.0  # recent accepted / proposed draft tokens
+    paused: int = 0  # steps left without drafting
+    k: int = 0  # draft length now (0: not set yet)
+
+
+class NgramProposer:
+    """Drafts for the scheduler and the per-sequence acceptance bookkeeping (no torch work;
+    a :class:`~local_engine.scheduler.Proposer`)."""
+
+    def __init__(self, config: SpecConfig):
+        self.config = config
+
+    def active(self, num_decoding: int) -> bool:
+        """Is speculation worth its work in a step with this many decoding sequences?"""
+        c = self.config
+        return (num_decoding <= c.max_batch_size
+                and num_decoding * (1 + c.num_tokens) <= c.max_step_tokens)
+
+    def propose(self, seq: Sequence, limit: int) -> list[int]:
+        """Up to ``min(num_tokens, limit)`` draft tokens for ``seq`` (often none)."""
+        state: DraftState | None = seq.draft
+        if state is None:
+            state = seq.draft = DraftState()
+        if state.paused:
+            state.paused -= 1
+            return []
+        length = seq.num_tokens
+        k = min(state.k or self.config.num_tokens, limit)
+        self._index(seq, state, length)
+        for n in range(min(self.config.max_n, length - 1), self.config.min_n - 1, -1):
+            at = state.index.get(tuple(seq.tokens(length - n, length)))
+            if at is not None:
+                draft = seq.tokens(at, min(at + k, length))
+                # A match close to the end is a loop of period length - at: the draft
+                # continues round it (the text is repeating itself)
+                for i in range(len(draft), k):
+                    draft.append(draft[i - (length - at)])
+                return draft
+        return []
+
+    def _index(self, seq: Sequence, state: DraftState, length: int) -> None:
+        """Index the n-grams ending at ``[indexed, length - 1]``: each has a continuation,
+        and the sequence's own suffix (ending at ``length``) is not among them."""
+        lo, hi = self.config.min_n, self.config.max_n
+        start = max(state.indexed, lo)
+        if start <= length - 1:
+            first = max(0, start - hi)
+            tokens = seq.tokens(first, length - 1)  # only the tail new n-grams touch
+            index = state.index
+            for end in range(start, length):
+                for n in range(lo, min(hi, end) + 1):
+                    index[tuple(tokens[end - n - first:end - first])] = end
+        state.indexed = length
+
+    def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
+        """Record a verified draft: the next draft is 2 tokens longer after a fully
+        accepted one (up to ``num_tokens``), 1 shorter otherwise (Hugging Face assisted
+        generation's "heuristic" schedule); drafting pauses when the rate falls too low."""
+        state: DraftState = seq.draft
+        c = self.config
+        k = state.k or c.num_tokens
+        state.k = min(c.num_tokens, k + 2) if accepted == proposed else max(1, k - 1)
+        state.rate = (1 - c.ewma) * state.rate + c.ewma * accepted / proposed
+        if state.rate < c.min_acceptance:
+            state.paused = c.pause_steps
+            state.rate = c.min_acceptance  # one good draft after the pause resumes it
+
+
+def verify(logits: torch.Tensor, spans: list[tuple[int, int]], drafts: list[list[int]],
+           params: list[SamplingParams], generators: list[torch.Generator | None]
+           ) -> list[list[int]]:
+    """Accept or reject drafts; returns each sequence's new tokens (the accepted drafts,
+    then one token sampled or taken greedily: a correction or the bonus).
+
+    ``logits`` [R, V] float32; sequence b's ``1 + len(drafts[b])`` rows start at
+    ``spans[b][0]``: row j predicts the token after draft token j - 1. All sequences are
+    handled at once on [B, Q, V] tensors (Q = 1 + the longest draft)."""
+    dev = logits.device
+    b = len(drafts)
+    counts = [len(d) for d in drafts]
+    q = 1 + max(counts)
+    rows = torch.tensor([[first + min(j, n) for j in range(q)]
+                         for (first, _), n in zip(spans, counts, strict=True)], device=dev)
+    pad = torch.tensor([d + [0] * (q - 1 - len(d)) for d in drafts], device=dev).view(b, q - 1)
+    n = torch.tensor(counts, device=dev)
+    real = torch.arange(q - 1, device=dev)[None, :] < n[:, None]  # [B, Q-1]
+    table = logits.index_select(0, rows.flatten()).view(b, q, -1)
+    greedy = table.argmax(-1)  # [B, Q]
+    accepted = ((greedy[:, :-1] == pad) & real).int().cumprod(1).sum(1)
+    final = greedy.gather(1, accepted[:, None])[:, 0]
+    if any(p.temperature > 0 for p in params):
+        temperature, top_p = sampling_tensors(params, dev)
+        probs = target_probs(table.view(b * q, -1), temperature.clamp_min(1e-5)
+                             .repeat_interleave(q),
+                             None if top_p is None else top_p.repeat_interleave(q)
+                             ).view(b, q, -1)
+        p_draft = probs[:, :-1].gather(-1, pad[..., None])[..., 0]  # [B, Q-1]
+        u = uniform((b, q - 1), generators, dev)
+        kept = ((u < p_draft) & real).int().cumprod(1).sum(1)
+        # rejected token j's residual is p_j without the draft; row n_b stays p_{n_b}
+        residual = probs.clone()
+        drop = torch.zeros_like(probs[:, :-1]).scatter_(-1, pad[..., None], 1.0).bool()
+        residual[:, :-1].masked_fill_(drop & real[..., None], 0.0)
+        noise = exponential((b * q, residual.shape[-1]),
+                            [g for g in generators for _ in range(q)], dev).view(b, q, -1)
+        chosen = (residual / noise).argmax(-1).gather(1, kept[:, None])[:, 0]
+        sampled = temperature > 0
+        accepted = torch.where(sampled, kept, accepted)
+        final = torch.where(sampled, chosen, final)
+    out: list[list[int]] = []
+    for draft, a, last in zip(drafts, accepted.tolist(), final.tolist(), strict=True):
+        out.append(draft[:a] + [last])
+    return out
