@@ -57,7 +57,8 @@ from gateway.upstreams.base import Reply as Response
 if TYPE_CHECKING:
     from gateway.state import ModelTable
 
-__all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms", "retry_after_ms"]
+__all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms", "retry_after_ms",
+           "with_usage_option"]
 
 R = TypeVar("R", bound="Response | Opened")
 
@@ -307,15 +308,20 @@ class Dispatch:
         # An OpenAI stream's usage chunk: asked of OpenAI-style upstreams (observe_usage) and
         # always made by the Anthropic translation; forwarded only to clients that asked.
         hide_usage = inject = False
+        raw = ctx.raw
         if ctx.stream and api == "openai":
             options = body.get("stream_options") or {}
             if not options.get("include_usage"):
                 hide_usage = True
                 if ctx.policy.streaming.observe_usage:
                     inject = True
+                    if "stream_options" not in body:  # the client's bytes, the option spliced in
+                        raw = with_usage_option(raw)
                     body = {**body, "stream_options": {**options, "include_usage": True}}
         forwarded = forward_request_headers(ctx.headers)
-        asked, raw = body["model"], ctx.raw
+        asked = body["model"]
+        # raw carries the usage option (else, when it is injected, the body is serialised again)
+        spliced = raw is not ctx.raw
         max_tokens = ctx.policy.translation.default_max_tokens
 
         shape = ctx.shape_body
@@ -330,7 +336,7 @@ class Dispatch:
                                        rec.request_id)
             if shape is not None:
                 payload = orjson.dumps(shape({**body, "model": target.model}, up_api))
-            elif target.model == asked and not inject:
+            elif target.model == asked and (not inject or spliced):
                 payload = raw
             else:
                 payload = orjson.dumps({**body, "model": target.model})
@@ -361,6 +367,14 @@ class Dispatch:
             return Reply(200, headers, crossing.response(response.body))
         status, error = crossing.error(response.status, response.body)
         return Reply(status, headers, error)
+
+
+def with_usage_option(raw: bytes) -> bytes:
+    """A Chat Completions request body (JSON bytes, an object without ``stream_options``)
+    with ``"stream_options":{"include_usage":true}`` as its first key: the client's bytes
+    otherwise untouched, nothing parsed or serialised again."""
+    body = raw.lstrip()
+    return b'{"stream_options":{"include_usage":true},' + body[1:]
 
 
 def _observe(response: Response, rec: RequestRecord) -> None:

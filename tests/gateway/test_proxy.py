@@ -385,3 +385,14 @@ def test_a_stream_the_client_received_whole_is_logged_as_delivered(gw, fake):
     [record] = gw.logged(1)
     assert (record["status"], record["cancelled"], record["finish_reason"]) == \
         (200, False, "stop")
+
+
+def test_usage_asked_of_the_upstream_when_the_client_turned_it_off(gw, fake):
+    with client(gw) as c:
+        chunks = list(c.chat.completions.create(
+            model="fake-model", messages=MESSAGES, stream=True,
+            stream_options={"include_usage": False}))
+    assert all(ch.choices for ch in chunks)  # no usage chunk for this client
+    assert fake.records[0].json["stream_options"] == {"include_usage": True}
+    [rec] = gw.logged()
+    assert rec["completion_tokens"] == 8
