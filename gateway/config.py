@@ -75,12 +75,12 @@ class SpeculativeOptions:
 
     method: Literal["off", "ngram"] = "off"
     #: The most draft tokens a sequence verifies per step (each adapts below it).
-    num_tokens: int = bounded(4, ge=1, le=16)
+    num_tokens: int = bounded(8, ge=1, le=16)
     #: Suffix lengths looked up in the prompt and output, longest first.
-    min_n: int = bounded(2, ge=1, le=16)
+    min_n: int = bounded(3, ge=1, le=16)
     max_n: int = bounded(4, ge=1, le=16)
     #: No speculation in a step with more decoding sequences than this...
-    max_batch_size: int = bounded(8, ge=1, le=1024)
+    max_batch_size: int = bounded(4, ge=1, le=1024)
     #: ... or whose decodes with drafts could exceed this many tokens.
     max_step_tokens: int = bounded(64, ge=2)
     #: A sequence whose recent share of accepted draft tokens falls below this stops

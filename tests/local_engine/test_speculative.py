@@ -17,7 +17,7 @@ from local_engine.sampling import target_probs
 from local_engine.sequence import SamplingParams, Sequence
 from local_engine.speculative import SpecConfig, verify
 
-SPEC = SpecConfig(num_tokens=4, min_n=2, max_n=4)
+SPEC = SpecConfig(num_tokens=4, min_n=2, max_n=4, max_batch_size=8)
 
 
 def looping_prompts(count: int, seed: int, shared: int = 0) -> list[list[int]]:
