@@ -130,7 +130,7 @@ def test_every_engine_metric_they_query_is_in_the_engines_registry() -> None:
     # A stand-in for the engine: the gauges read its scheduler and block manager.
     engine = SimpleNamespace(
         scheduler=SimpleNamespace(running=[1], waiting=[], num_preempted=0),
-        blocks=SimpleNamespace(num_used=3, num_free=97, hit_rate=0.5))
+        blocks=SimpleNamespace(num_used=3, num_free=97, hit_rate=0.5), acceptance_length=1.0)
     metrics = EngineMetrics(engine)  # type: ignore[arg-type]
     metrics.finished.labels("stop").inc()
     sampled, _ = exported_names(generate_latest(metrics.registry).decode())
