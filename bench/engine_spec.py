@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -103,11 +104,11 @@ def speculation(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     def ids(texts: list[str]) -> list[list[int]]:
         return [chat_ids(tok, t) for t in texts]
 
-    def engines(**kw: Any) -> dict[str, Engine]:
+    def engines(on: SpecConfig = spec, **kw: Any) -> dict[str, Engine]:
         config = {"max_num_seqs": 32, "max_batch_tokens": 512, "kv_cache_mb": 256, **kw}
         return {name: Engine(loaded.model, lambda x: tok.decode(x), EngineConfig(
             speculative=s, **config), loaded.eos_token_ids) for name, s in
-            (("off", None), ("on", spec))}
+            (("off", None), ("on", on))}
 
     out: dict[str, Any] = {"config": spec.__dict__, "split": args.spec_split}
     n, m = args.spec_prompts, args.spec_max_tokens
@@ -120,9 +121,13 @@ def speculation(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     if args.lossless_prompts:
         prompts = ids(wl.mt_bench(args.lossless_prompts))
         for batch in (1, 8):
+            # drafts in every step (speculation is not skipped at batch 8 here), prompts
+            # prefilled in chunks of 64 tokens, and KV for about 5 sequences of 250 tokens
+            wide = replace(spec, max_batch_size=batch,
+                           max_step_tokens=batch * (1 + spec.num_tokens))
             kw = {"max_num_seqs": batch, "max_batch_tokens": 64,
-                  "num_blocks": 40 if batch == 1 else 120, "block_size": 16}
-            pair = engines(**kw)
+                  "num_blocks": 40 if batch == 1 else 80, "block_size": 16}
+            pair = engines(wide, **kw)
             res = spec_workload(pair, prompts, batch, 128)
             res["preemptions"] = {k: e.scheduler.num_preempted for k, e in pair.items()}
             res["prefix_hit_rate"] = {k: round(e.blocks.hit_rate, 3) for k, e in pair.items()}

@@ -225,17 +225,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-embeddings", action="store_true")
     parser.add_argument("--no-cuda-graphs", action="store_true",
                         help="run decode steps eagerly on CUDA too (graphs are CUDA only)")
-    parser.add_argument("--speculative", metavar="JSON",
-                        help='n-gram speculative decoding, e.g. \'{"method": "ngram", '
-                             '"num_tokens": 4}\' (keys: local_engine.speculative.SpecConfig)')
+    parser.add_argument("--speculative", metavar="JSON", default='{"method": "ngram"}',
+                        help='n-gram speculative decoding (default: \'{"method": "ngram"}\'; '
+                             'other keys: local_engine.speculative.SpecConfig), or "off"')
 
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     try:
-        spec = (SpecConfig.from_dict(orjson.loads(args.speculative)) if args.speculative
-                else None)
+        spec = (None if args.speculative == "off"
+                else SpecConfig.from_dict(orjson.loads(args.speculative)))
     except (ValueError, TypeError) as exc:  # bad JSON, keys or values
         raise SystemExit(f"--speculative: {exc}") from exc
     config = EngineConfig(kv_cache_mb=args.kv_cache_mb, max_num_seqs=args.max_num_seqs,

@@ -77,8 +77,9 @@ class LocalUpstream(OpenAIUpstream):
                "--default-max-tokens", str(e.default_max_tokens)]
         if not e.cuda_graphs:
             cmd.append("--no-cuda-graphs")
-        if e.speculative.method != "off":
-            cmd += ["--speculative", json.dumps(dataclasses.asdict(e.speculative))]
+        spec = e.speculative
+        cmd += ["--speculative", "off" if spec.method == "off"
+                else json.dumps(dataclasses.asdict(spec))]
         return cmd if e.embeddings else [*cmd, "--no-embeddings"]
 
     async def start(self) -> None:

@@ -123,6 +123,9 @@ def test_local_upstream_config_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="speculative.tokens"):
         load_config(path)
     path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\n'
+                    'speculative = { method = "off" }\n')
+    assert "off" in LocalUpstream("e", load_config(path).upstreams["e"]).command()
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\n'
                     'speculative = { method = "eagle" }\n')
     with pytest.raises(ConfigError, match="speculative.method"):
         load_config(path)

@@ -17,7 +17,7 @@ from local_engine.sampling import target_probs
 from local_engine.sequence import SamplingParams, Sequence
 from local_engine.speculative import SpecConfig, verify
 
-SPEC = SpecConfig(num_tokens=4, min_n=2, max_n=4)
+SPEC = SpecConfig(num_tokens=4, min_n=2, max_n=4, max_batch_size=8)
 
 
 def looping_prompts(count: int, seed: int, shared: int = 0) -> list[list[int]]:
@@ -45,7 +45,12 @@ def run_all(engine: Engine, prompts: list[list[int]],
 
 @pytest.mark.parametrize("batch", [1, 8])
 def test_greedy_outputs_are_identical_with_and_without_speculation(
-        make_engine: Callable[..., Engine], batch: int) -> None:
+        make_engine: Callable[..., Engine], batch: int, engine_dtype: torch.dtype) -> None:
+    if engine_dtype != torch.float32:
+        # Verifying 1 + k queries runs other matrix shapes than decoding one, and in
+        # bfloat16 their rounding differs enough to flip near-ties (seen on an H200 at
+        # batch 8 after 31 tokens); the float32 run is the check of the logic.
+        pytest.skip("greedy ties flip between matrix shapes in bfloat16")
     prompts = looping_prompts(16, seed=batch, shared=9)
     prompts += prompts[:4]  # the same prompts again: whole-prompt prefix-cache hits
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
