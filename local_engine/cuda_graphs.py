@@ -15,6 +15,7 @@ Graphs are captured lazily, on the first step of each shape, into one shared mem
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import torch
@@ -85,8 +86,18 @@ class DecodeGraphs:
                 self._step(b, q, w)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = self._step(b, q, w)
+        # No garbage collection inside the capture: collecting an engine's old graphs there
+        # resets them mid-capture ("operation not permitted when stream is capturing"), seen
+        # with seeded-sampling reproducibility failing on an H200. (A gc.collect() before
+        # each capture, as vLLM does once, took the engine tests there from 10-37 s past 120 s.)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self._step(b, q, w)
+        finally:
+            if collecting:
+                gc.enable()
         return graph, out
 
     def run(self, ids: list[list[int]], starts: list[int], slots: list[list[int]],
