@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -47,7 +46,8 @@ from gateway.context import Reply, RequestContext, Stream, Ticket
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
 from gateway.formats.anthropic import finish_reason_of
 from gateway.formats.bridge import TranslatedStream, bridge
-from gateway.http import forward_request_headers, forward_response_headers
+from gateway.formats.openai import with_usage_option
+from gateway.http import forward_request_headers, forward_response_headers, retry_after_ms
 from gateway.policy import Policy, RetryPolicy
 from gateway.requestlog import RequestRecord
 from gateway.retry_budget import RetryBudget
@@ -57,8 +57,7 @@ from gateway.upstreams.base import Reply as Response
 if TYPE_CHECKING:
     from gateway.state import ModelTable
 
-__all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms", "retry_after_ms",
-           "with_usage_option"]
+__all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms"]
 
 R = TypeVar("R", bound="Response | Opened")
 
@@ -121,27 +120,6 @@ def backoff_ms(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> 
     """Full-jitter delay before retry ``attempt`` (1-based), in ms."""
     cap = min(float(policy.max_delay_ms), policy.base_delay_ms * 2.0 ** (attempt - 1))
     return rand() * cap
-
-
-def retry_after_ms(headers: RawHeaders) -> float | None:
-    """``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), in ms; None if absent."""
-    seconds: str | None = None
-    for k, v in headers:
-        k = k.lower()
-        if k == b"retry-after-ms":
-            try:
-                return max(0.0, float(v))
-            except ValueError:
-                continue
-        if k == b"retry-after":
-            seconds = v.decode("latin-1").strip()
-    if seconds is None:
-        return None
-    try:
-        return max(0.0, float(seconds) * 1000)
-    except ValueError:
-        when = email.utils.parsedate_to_datetime(seconds) if seconds else None
-        return None if when is None else max(0.0, (when.timestamp() - time.time()) * 1000)
 
 
 class Dispatcher:
@@ -367,14 +345,6 @@ class Dispatch:
             return Reply(200, headers, crossing.response(response.body))
         status, error = crossing.error(response.status, response.body)
         return Reply(status, headers, error)
-
-
-def with_usage_option(raw: bytes) -> bytes:
-    """A Chat Completions request body (JSON bytes, an object without ``stream_options``)
-    with ``"stream_options":{"include_usage":true}`` as its first key: the client's bytes
-    otherwise untouched, nothing parsed or serialised again."""
-    body = raw.lstrip()
-    return b'{"stream_options":{"include_usage":true},' + body[1:]
 
 
 def _observe(response: Response, rec: RequestRecord) -> None:

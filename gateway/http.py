@@ -4,7 +4,9 @@ responses, header filtering. (Running work that a client disconnect cancels:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import email.utils
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -18,6 +20,7 @@ __all__ = [
     "forward_request_headers",
     "forward_response_headers",
     "read_body",
+    "retry_after_ms",
     "send_bytes",
     "send_error",
     "send_json",
@@ -94,3 +97,24 @@ async def send_error(
     out = [(b"content-type", b"application/json")] + (headers or [])
     out += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     await send_bytes(send, error.status, error.body(), out)
+
+
+def retry_after_ms(headers: Sequence[tuple[bytes, bytes]]) -> float | None:
+    """``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), in ms; None if absent."""
+    seconds: str | None = None
+    for k, v in headers:
+        k = k.lower()
+        if k == b"retry-after-ms":
+            try:
+                return max(0.0, float(v))
+            except ValueError:
+                continue
+        if k == b"retry-after":
+            seconds = v.decode("latin-1").strip()
+    if seconds is None:
+        return None
+    try:
+        return max(0.0, float(seconds) * 1000)
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(seconds) if seconds else None
+        return None if when is None else max(0.0, (when.timestamp() - time.time()) * 1000)

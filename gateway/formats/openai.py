@@ -30,7 +30,7 @@ from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = [
     "AnswerCollector", "Kind", "answer_from_completion", "completion_body",
-    "completion_events", "error_body", "error_event", "parse_request",
+    "completion_events", "error_body", "error_event", "parse_request", "with_usage_option",
 ]
 
 Kind = Literal["chat", "completions", "embeddings"]
@@ -215,3 +215,11 @@ def error_body(error: GatewayError) -> bytes:
 def error_event(error: GatewayError) -> bytes:
     """An SSE event carrying the OpenAI error object; the openai SDK raises on it."""
     return data_event(error_body(error))
+
+
+def with_usage_option(raw: bytes) -> bytes:
+    """A Chat Completions request body (JSON bytes, an object without ``stream_options``)
+    with ``"stream_options":{"include_usage":true}`` as its first key: the client's bytes
+    otherwise untouched, nothing parsed or serialised again."""
+    body = raw.lstrip()
+    return b'{"stream_options":{"include_usage":true},' + body[1:]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import email.utils
 import time
 
-import orjson
 import pytest
 
-from gateway.dispatch import backoff_ms, retry_after_ms
+from gateway.dispatch import backoff_ms
+from gateway.http import retry_after_ms
 from gateway.policy import RetryPolicy
 
 
@@ -37,14 +37,3 @@ def test_retry_after_http_date():
     when = email.utils.formatdate(time.time() + 30, usegmt=True)
     ms = retry_after_ms([(b"retry-after", when.encode())])
     assert ms is not None and 28_000 <= ms <= 30_000
-
-
-def test_with_usage_option_splices_the_option_into_the_clients_bytes():
-    from gateway.dispatch import with_usage_option
-
-    for raw in (b'{"model":"m","stream":true,"messages":[]}',
-                b' \n{ "model": "m", "stream": true, "messages": [{"role": "user"}] }'):
-        out = with_usage_option(raw)
-        assert orjson.loads(out) == {**orjson.loads(raw),
-                                     "stream_options": {"include_usage": True}}
-        assert out.endswith(raw.lstrip()[1:])  # the rest byte for byte

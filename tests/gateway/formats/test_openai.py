@@ -27,6 +27,7 @@ from gateway.formats.openai import (
     error_body,
     error_event,
     parse_request,
+    with_usage_option,
 )
 from gateway.formats.openai_stream import StreamObserver
 
@@ -268,3 +269,12 @@ def test_errors_render_as_openai_error_objects(error, expected):
     assert orjson.loads(event.removeprefix(b"data: ")) == {"error": expected}
     observer = StreamObserver()
     assert observer.feed(event) == event and observer.errored and not observer.done
+
+
+def test_with_usage_option_splices_the_option_into_the_clients_bytes():
+    for raw in (b'{"model":"m","stream":true,"messages":[]}',
+                b' \n{ "model": "m", "stream": true, "messages": [{"role": "user"}] }'):
+        out = with_usage_option(raw)
+        assert orjson.loads(out) == {**orjson.loads(raw),
+                                     "stream_options": {"include_usage": True}}
+        assert out.endswith(raw.lstrip()[1:])  # the rest byte for byte
