@@ -65,6 +65,11 @@ class HeadCoalescingTransport:
         self.flush()
         self._transport.close()
 
+    # Asked on every response: looked up here, not through __getattr__ (which Python calls
+    # only after a failed lookup has built an AttributeError, a few microseconds each).
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

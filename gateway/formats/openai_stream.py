@@ -14,12 +14,12 @@ from typing import Any
 
 import orjson
 
-from llm_wire.sse import cut_events
+from llm_wire.sse import DONE, cut_events
 
 __all__ = ["StreamObserver", "error_type_in"]
 
 _FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
-_DONE = b"data: [DONE]"
+_DONE = DONE[:-2]  # b"data: [DONE]"
 
 
 class StreamObserver:
@@ -44,6 +44,10 @@ class StreamObserver:
         block, self._buf = cut_events(self._buf + chunk if self._buf else chunk)
         if not block:
             return b""
+        # A block ending with [DONE] (the whole rest of a stream, as a fast upstream sends it)
+        # goes straight to the full look, which reads it from the end.
+        if block.endswith(DONE):
+            return self._observe(block)
         # The common block holds only content chunks, one line each plus the blank line, each
         # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
         # and nothing else is scanned. Anything else (a finish, usage, an error, [DONE], a
@@ -58,10 +62,16 @@ class StreamObserver:
         return self._observe(rest + b"\n\n") if rest.strip() else b""
 
     def _observe(self, block: bytes) -> bytes:
-        if _DONE in block:
+        # What is looked for sits at the end of a stream (the finish, then the usage chunk,
+        # then [DONE]), so it is searched for from the end: a whole stream in one block costs
+        # a few hundred bytes of scanning, not one pass over it per question.
+        if block.endswith(DONE) or _DONE in block:
             self.done = True
-        if b'"finish_reason":"' in block or b'"finish_reason": "' in block:
-            m = _FINISH.search(block)
+        at = block.rfind(b'"finish_reason":"')
+        if at < 0:
+            at = block.rfind(b'"finish_reason": "')
+        if at >= 0:
+            m = _FINISH.match(block, at)
             if m:
                 self.finish_reason = m.group(1).decode()
         at = block.find(b'data: {"error"')
@@ -69,16 +79,17 @@ class StreamObserver:
             self.errored = True
             end = block.find(b"\n", at)
             self.error_type = error_type_in(block[at + 6:end if end >= 0 else len(block)])
-        if b'"usage":{' in block or b'"usage": {' in block:
-            return self._take_usage(block)
+        at = block.rfind(b'"usage":{')
+        if at < 0:
+            at = block.rfind(b'"usage": {')
+        if at >= 0:
+            return self._take_usage(block, at)
         return block
 
-    def _take_usage(self, block: bytes) -> bytes:
-        """Note the usage event's ``usage``; drop the event when it is the usage-only chunk
-        the gateway asked for. Only that one event is parsed (one per stream)."""
-        at = block.find(b'"usage":{')
-        if at < 0:
-            at = block.find(b'"usage": {')
+    def _take_usage(self, block: bytes, at: int) -> bytes:
+        """Note the ``usage`` of the event holding offset ``at`` (the block's last usage
+        object: a server sending usage in every chunk sends running totals); drop that event
+        when it is the usage-only chunk the gateway asked for. Only that one event is parsed."""
         start = block.rfind(b"\n\n", 0, at)
         start = 0 if start < 0 else start + 2
         end = block.find(b"\n\n", at)

@@ -60,3 +60,28 @@ def test_unterminated_last_event_is_flushed_with_its_terminator():
     obs = StreamObserver()
     assert obs.feed(b"data: [DONE]") == b""
     assert obs.flush() == DONE and obs.done
+
+
+def test_a_whole_stream_in_one_block_is_read_from_its_end():
+    # A fast upstream's whole answer arrives at once: the facts sit at its end.
+    obs = StreamObserver(hide_usage_chunk=True)
+    out = obs.feed(CHUNK * 30 + FINAL + USAGE + DONE)
+    assert out == CHUNK * 30 + FINAL + DONE
+    assert obs.done and obs.finish_reason == "length" and obs.usage["prompt_tokens"] == 3
+
+
+def test_running_usage_in_every_chunk_keeps_the_last_totals():
+    # vLLM's continuous_usage_stats: a usage object in every chunk, running totals.
+    def chunk(n: int) -> bytes:
+        return ev({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": n}})
+    obs = StreamObserver()
+    stream = chunk(1) + chunk(2) + chunk(3) + DONE
+    assert obs.feed(stream) == stream
+    assert obs.usage == {"prompt_tokens": 3, "completion_tokens": 3}
+
+
+def test_an_error_before_the_end_of_a_block_is_noticed():
+    obs = StreamObserver()
+    obs.feed(CHUNK + error_event(GatewayError("boom")) + DONE)
+    assert obs.errored and obs.done
