@@ -89,12 +89,6 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from local_engine.server import add_arguments
-
-    add_arguments(parser)
-
-
 def _engine(args: argparse.Namespace) -> int:
     from local_engine.server import serve
 
@@ -114,11 +108,16 @@ _TOOLS = {
 }
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: the top-level parser takes no option with a value, so it
+    is the first positional."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                argv: Sequence[str]) -> None:
-    """Register the tool commands; import and fill in only the one ``argv`` names. The
-    top-level parser takes no option with a value, so its first positional is the command."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    """Register the tool commands; import and fill in only the one ``argv`` names."""
+    command = _command(argv)
     for name, (module, help_) in _TOOLS.items():
         parser = sub.add_parser(name, help=help_)
         if name == command:
@@ -138,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("config")
     check.set_defaults(func=_check)
     engine = sub.add_parser("engine", help="serve the local engine alone (OpenAI API)")
-    _engine_arguments(engine)
     engine.set_defaults(func=_engine)
-    _add_tools(sub, sys.argv[1:] if argv is None else argv)
+    args_in = sys.argv[1:] if argv is None else argv
+    if _command(args_in) == "engine":  # torch is imported by this command only
+        from local_engine.server import add_arguments
+
+        add_arguments(engine)
+    _add_tools(sub, args_in)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
