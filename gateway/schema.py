@@ -71,13 +71,17 @@ def _convert(tp: Any, value: Any, path: str, key: str) -> Any:
         if value in get_args(tp):
             return value
     elif origin in (Union, types.UnionType):
+        inner: ConfigError | None = None  # a failure inside the value names the bad key
         for arg in get_args(tp):
             if arg is type(None):
                 continue
             try:
                 return _convert(arg, value, path, key)
-            except ConfigError:
-                continue
+            except ConfigError as exc:
+                if inner is None and exc.key != key:
+                    inner = exc
+        if inner is not None:
+            raise inner
     elif origin is tuple:
         if isinstance(value, list):
             item = get_args(tp)[0]
