@@ -80,8 +80,10 @@ def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     policy = load_policy(config.policy_path)
     Authenticator(config.auth, source=config.path)  # key variables must be set
-    try:  # routers name models of this config, and artifacts that load
-        Routers().check(policy.routing, ModelTable(config).routes.keys())
+    try:  # routers and rate limits name models of this config, and artifacts that load
+        models = ModelTable(config).routes.keys()
+        Routers().check(policy.routing, models)
+        policy.rate_limits.check_models({*models, *policy.routing.routers})
     except ValueError as exc:
         raise ConfigError(str(config.policy_path), "", str(exc)) from exc
     print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "

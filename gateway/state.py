@@ -164,6 +164,7 @@ class Gateway:
 
     def _check_policy(self, policy: Policy) -> None:
         self.routers.check(policy.routing, self.models.routes.keys())
+        policy.rate_limits.check_models({*self.models.routes, *policy.routing.routers})
 
     def _policy_reloaded(self, ok: bool) -> None:
         """After each reload attempt, on the event loop: swap the runtime and follow the new

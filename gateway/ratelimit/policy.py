@@ -18,6 +18,7 @@ configured), get ``default``. Where the gateway's Redis lives is in the gateway 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from gateway.schema import bounded
@@ -80,6 +81,17 @@ class RateLimitPolicy:
         if key_id is None:
             return self.default
         return self.keys.get(key_id, self.default)
+
+    def check_models(self, models: Collection[str]) -> None:
+        """Raises ValueError when a per-model limit names a model no client can ask for
+        (``models``: the configured public models and the router aliases): such a limit
+        would never apply."""
+        entries = [("default", self.default), *((f"keys.{k}", v) for k, v in self.keys.items())]
+        for name, limits in entries:
+            for model in limits.models:
+                if model not in models:
+                    raise ValueError(f"rate_limits.{name}.models: the model '{model}' is not "
+                                     "configured on this gateway (nor a router alias)")
 
     @property
     def active(self) -> bool:

@@ -314,6 +314,10 @@ def test_gateway_check_validates_the_section(tmp_path: Path, fake_server: FakeSe
     assert main(["check", str(config)]) == 2
     assert ("rate_limits.default.requests_per_minut: unknown key; allowed keys: models, "
             "requests_per_minute, tokens_per_minute") in capsys.readouterr().err
+    policy.write_text(limits('[rate_limits.keys.a]\nmodels = { "gpt-9" = { requests_per_minute = 1 } }'))
+    assert main(["check", str(config)]) == 2
+    assert ("rate_limits.keys.a.models: the model 'gpt-9' is not configured on this gateway"
+            in capsys.readouterr().err)
     policy.write_text(limits("[rate_limits.keys.a]\ntokens_per_minute = -1"))
     assert main(["check", str(config)]) == 2
     assert "rate_limits.keys.a.tokens_per_minute: must be >= 0" in capsys.readouterr().err
