@@ -64,6 +64,9 @@ max_queue_wait_ms = 5000
 
 [breaker]
 consecutive_failures = 2
+
+[rate_limits]
+default = { requests_per_minute = 100000 }
 """
 
 
