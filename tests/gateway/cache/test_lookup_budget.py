@@ -12,6 +12,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +26,13 @@ from gateway.state import build_upstream
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer
 from tests.gateway.cache.test_cache_gateway import ask, bag_of_words, chat, client, stored
+from tests.gateway.routing.test_routing import (
+    HARD,
+    MODELS,
+    constant_embed,
+    routing_policy,
+    tiny_artifact,
+)
 
 POLICY = DEFAULT_POLICY + """
 [cache]
@@ -301,3 +309,33 @@ def test_which_upstreams_a_late_hit_may_cancel(kind: str, flag: bool | None,
                             base_url="" if kind == "local" else "http://127.0.0.1:9/v1",
                             cancel_on_late_hit=flag)
     assert build_upstream("u", config).cancel_on_late_hit is cancels
+
+
+def test_the_router_waits_for_the_lookups_embedding(make_gateway: Callable[..., GatewayServer],
+                                                    fake: FakeUpstream, tmp_path: Path) -> None:
+    """Budget 0: the route stage runs while the cache's embedding is under way, and takes
+    that one instead of computing its own."""
+    calls, entered = [], threading.Event()
+    loop_gate: list[asyncio.Event] = []
+
+    async def held_embed(texts: list[str]) -> np.ndarray:
+        calls.append(texts)
+        if len(calls) == 1:
+            loop_gate.append(asyncio.Event())
+            entered.set()
+            await loop_gate[0].wait()
+        return await constant_embed(texts)
+
+    policy = routing_policy(tiny_artifact(tmp_path / "tiny.npz")) + """
+[cache]
+enabled = true
+lookup_budget_ms = 0
+"""
+    gw = make_gateway(MODELS + "\n[cache]\nenabled = true\n", policy=policy, embed=held_embed)
+    answer = in_background(lambda: chat(gw, ask(HARD), model="auto"))
+    assert entered.wait(5)
+    assert gw.server is not None and gw.server.loop is not None
+    gw.server.loop.call_soon_threadsafe(loop_gate[0].set)
+    r = answer.result(10)
+    assert r.headers["x-route-tier"] == "large" and "x-route-score" in r.headers
+    assert len(calls) == 1
