@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 
 import numpy as np
+import pytest
 
+from gateway.app import EMBEDDING_NICE, _in_background_thread
 from gateway.embedding import EmbeddingMemo
 
 
@@ -72,3 +76,28 @@ def test_a_waiter_that_leaves_does_not_cancel_the_embedding() -> None:
         assert (await owner) is not None and memo.get("t") is not None
 
     asyncio.run(main())
+
+
+def _nice_of(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux per-thread nice")
+def test_the_embedding_threads_run_below_the_event_loop() -> None:
+    # The gateway's embedder is loaded and started on a thread at nice 19: the threads it
+    # starts (ONNX Runtime's pool, the engine thread) inherit it; the caller keeps its own.
+    def loader() -> tuple[int, int]:
+        child: list[int] = []
+        thread = threading.Thread(target=lambda: child.append(
+            _nice_of(threading.get_native_id())))
+        thread.start()
+        thread.join()
+        return _nice_of(threading.get_native_id()), child[0]
+
+    mine = _nice_of(threading.get_native_id())
+    low = max(mine, EMBEDDING_NICE)
+    assert _in_background_thread(loader) == (low, low)
+    assert _nice_of(threading.get_native_id()) == mine
+    with pytest.raises(ValueError, match="no model"):
+        _in_background_thread(lambda: int("no model"))

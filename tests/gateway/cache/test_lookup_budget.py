@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import openai
 import pytest
 
 from gateway.cache.backend import Entry, MemoryBackend
