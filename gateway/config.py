@@ -149,10 +149,17 @@ class UpstreamConfig:
     #: none, and ``anthropic-beta`` features always sent (a client's own are added).
     anthropic_version: str = "2023-06-01"
     beta: tuple[str, ...] = ()
+    #: A semantic-cache hit found after this upstream was sent the request (the lookup ran
+    #: past ``cache.lookup_budget_ms``) cancels the call and is served. Default: on for
+    #: ``local`` (cancelling frees the batch slot), off for hosted APIs, which may bill a
+    #: started request: there the late hit is only counted and the upstream's answer served.
+    cancel_on_late_hit: bool | None = None
 
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
+        if self.cancel_on_late_hit is None:
+            object.__setattr__(self, "cancel_on_late_hit", self.type == "local")
         if self.type == "anthropic" and not self.base_url:
             object.__setattr__(self, "base_url", "https://api.anthropic.com")
         if self.type == "openai" and not self.base_url:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.embedding import EmbeddingMemo
 from gateway.formats.apis import OPENAI, ApiFormat
 from gateway.formats.openai import Kind
 from gateway.requestlog import RequestRecord
@@ -44,10 +45,10 @@ class Memo:
     """Values derived from the request that several stages use, computed at most once.
 
     ``embeddings``: text -> its unit vector (all-MiniLM-L6-v2, 384 floats), so the cache and
-    the router pay for one embedding of the same text.
+    the router pay for one embedding of the same text, even when they ask at once.
     """
 
-    embeddings: dict[str, Any] = field(default_factory=dict)
+    embeddings: EmbeddingMemo = field(default_factory=EmbeddingMemo)
 
 
 @dataclass(slots=True, eq=False)

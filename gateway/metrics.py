@@ -182,6 +182,16 @@ class _CacheCollector(Collector):
         yield failures
         yield CounterMetricFamily("gateway_cache_stores", "Answers stored.",
                                   value=stats.stores)
+        yield CounterMetricFamily("gateway_cache_over_budget", "Requests sent upstream "
+                                  "before their semantic lookup ended (lookup_budget_ms).",
+                                  value=stats.over_budget)
+        late = CounterMetricFamily("gateway_cache_late_hits", "Semantic hits found past the "
+                                   "lookup budget: served (the upstream call cancelled), "
+                                   "ignored (the upstream may bill it), too_late (the "
+                                   "upstream answered first).", labels=["outcome"])
+        for outcome, n in stats.late_hits.items():
+            late.add_metric([outcome], n)
+        yield late
 
 
 class _RoutingCollector(Collector):

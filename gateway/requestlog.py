@@ -40,7 +40,12 @@ cache              ``hit``, ``miss`` or ``bypass`` (null when the cache is off)
 cache_layer        ``exact`` or ``semantic`` on a hit
 similarity         cosine similarity of the best semantic candidate
 verified           the verifier's score of the served (or best rejected) candidate
-lookup_ms          time spent in the cache lookup (embedding included)
+lookup_ms          time spent in the cache lookup (embedding included); null when the
+                   lookup outlived the upstream's answer (past ``cache.lookup_budget_ms``)
+late_hit           a semantic hit found past the lookup budget, while the upstream call ran:
+                   ``served`` (the call cancelled), ``ignored`` (its upstream may bill a
+                   cancelled call: the upstream's answer served), ``too_late`` (the upstream
+                   had answered first); else null
 router             the router that chose the tier (the requested alias), else null
 route_tier         the tier the router chose
 route_score        the router's score, P(strong tier needed); null without an embedding
@@ -97,7 +102,7 @@ FIELDS = (
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
-    "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited",
+    "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
 )
 
 
@@ -147,6 +152,7 @@ class RequestRecord:
     similarity: float | None = None
     verified: float | None = None
     lookup_ms: float | None = None
+    late_hit: str | None = None
     route_tier: str | None = None
     route_score: float | None = None
     router: str | None = None

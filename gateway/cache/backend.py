@@ -50,6 +50,11 @@ class Backend(abc.ABC):
     async def search(self, scope: str, vector: np.ndarray, k: int) -> list[tuple[Entry, float]]:
         """Up to ``k`` entries of ``scope``, nearest first, with cosine similarity."""
 
+    def may_hold(self, scope: str) -> bool:
+        """False only when ``scope`` surely holds no entry (known without I/O): a semantic
+        lookup there can only miss, so the request need not wait for it."""
+        return True
+
     @abc.abstractmethod
     async def put(self, entry: Entry, vector: np.ndarray | None, ttl_s: float) -> None:
         """Store ``entry`` (and its unit ``vector`` [dim] float32 when it has a scope)."""
@@ -133,6 +138,9 @@ class MemoryBackend(Backend):
     async def get_exact(self, exact: str, namespace: str) -> Entry | None:
         entry_id = self.exact.get((namespace, exact))
         return self._live(entry_id) if entry_id is not None else None
+
+    def may_hold(self, scope: str) -> bool:
+        return scope in self.scopes
 
     async def search(self, scope: str, vector: np.ndarray, k: int) -> list[tuple[Entry, float]]:
         rows = self.scopes.get(scope)

@@ -1,16 +1,19 @@
 """The response cache: look a request up, store an answer. (The pipeline stage that uses
 it is :mod:`gateway.stages.cache`.)
 
-Lookup, in order: eligibility (policy, ``Cache-Control: no-cache``), the exact layer (no
-embedding needed), then the semantic layer: embed the last user message (one embedding per
-request, kept in the request's memo for later stages), take the nearest entries of the same
-scope, and serve the first whose cosine similarity and verifier score both pass the route's
-operating point. Every backend call is bounded by ``lookup_timeout_ms``; a slow or failing
-backend turns the request into a bypass (counted, logged), never an error.
+A lookup has two steps. :meth:`ResponseCache.lookup`: eligibility (policy, ``Cache-Control:
+no-cache``) and the exact layer (no embedding needed). :meth:`ResponseCache.semantic`, when
+the exact layer missed: embed the last user message (one embedding per request, shared with
+later stages through the request's memo), take the nearest entries of the same scope, and
+serve the first whose cosine similarity and verifier score both pass the route's operating
+point. The stage runs the second as a task and decides how long to wait for it. Neither
+writes the request's record: the outcome is in the :class:`Lookup`, which the stage copies
+when it knows what the request got. Every backend call is bounded by ``lookup_timeout_ms``;
+a slow or failing backend turns the lookup into a bypass (counted, logged), never an error.
 
 Storing happens after the response's last byte, in a background task, and only for complete
 answers (see :class:`~gateway.formats.answer.Answer`); never with ``Cache-Control:
-no-store``.
+no-store``. It waits for the semantic lookup (its embedding is stored with the answer).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gateway.context import Headers, RequestContext
 from gateway.embedding import Embed
 from gateway.formats.answer import Answer
 from gateway.policy import CachePolicy, OperatingPoint
+from gateway.requestlog import RequestRecord
 
 __all__ = ["CacheStats", "Lookup", "ResponseCache", "cache_directives", "namespace_of"]
 
@@ -48,9 +52,18 @@ class CacheStats:
     lookups: dict[tuple[str, str], int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     stores: int = 0
+    #: Requests sent upstream before their semantic lookup ended (past lookup_budget_ms).
+    over_budget: int = 0
+    #: Semantic hits found past the budget, by what became of them: ``served`` (the
+    #: upstream call cancelled), ``ignored`` (its upstream may bill a cancelled call),
+    #: ``too_late`` (the upstream had answered first).
+    late_hits: dict[str, int] = field(default_factory=dict)
 
     def count(self, result: str, layer: str = "") -> None:
         self.lookups[(result, layer)] = self.lookups.get((result, layer), 0) + 1
+
+    def late(self, outcome: str) -> None:
+        self.late_hits[outcome] = self.late_hits.get(outcome, 0) + 1
 
     def fail(self, op: str) -> None:
         self.failures[op] = self.failures.get(op, 0) + 1
@@ -59,7 +72,13 @@ class CacheStats:
 @dataclass(slots=True)
 class Lookup:
     """The outcome of a lookup. ``hit`` is the entry to serve; ``store`` says whether the
-    response may be stored afterwards; ``vector`` is the request's embedding (or None)."""
+    response may be stored afterwards; ``vector`` is the request's embedding (or None).
+
+    ``semantic``: the semantic layer is still to run (:meth:`ResponseCache.semantic`);
+    ``possible``: it could hit (False when the scope holds no entry: it then only embeds,
+    for the store). The log line's fields so far: ``result`` (``hit``, ``miss``,
+    ``bypass``), ``layer``, ``similarity``, ``verified``, ``ms`` (the whole lookup's time).
+    """
 
     key: CacheKey | None = None
     store: bool = False
@@ -67,6 +86,22 @@ class Lookup:
     vector: np.ndarray | None = None
     candidates: list[tuple[Entry, float, float]] = field(default_factory=list)
     max_tokens: int | None = None
+    semantic: bool = False
+    possible: bool = True
+    result: str = "bypass"
+    layer: str | None = None
+    similarity: float | None = None
+    verified: float | None = None
+    ms: float | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+    def write(self, rec: RequestRecord) -> None:
+        """Copy the outcome into the request's log line."""
+        rec.cache, rec.cache_layer, rec.lookup_ms = self.result, self.layer, self.ms
+        rec.similarity, rec.verified = self.similarity, self.verified
+
+    def _took(self) -> None:
+        self.ms = round((time.perf_counter() - self.started) * 1000, 3)
 
 
 def cache_directives(headers: Headers) -> set[str]:
@@ -95,7 +130,7 @@ class ResponseCache:
         self.verifier = verifier
         self.stats = CacheStats()
         self.embedding = 0  # lookups waiting for their embedding now
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # semantic lookups and stores
 
     async def _bounded(self, op: str, work: Awaitable[Any], timeout_s: float) -> Any:
         try:
@@ -107,53 +142,72 @@ class ResponseCache:
             raise _Bypass from exc
 
     async def lookup(self, ctx: RequestContext, policy: CachePolicy) -> Lookup:
-        """Look ``ctx`` up in its scope (``ctx.model``); the outcome goes to the record's
-        ``cache*`` fields. Never raises for cache trouble: returns a Lookup without a hit
-        instead."""
-        started = time.perf_counter()
+        """Eligibility and the exact layer for ``ctx`` in its scope (``ctx.model``). When the
+        exact layer misses and the semantic layer applies, the Lookup says ``semantic``:
+        run :meth:`semantic` next. Never raises for cache trouble (a bypass instead)."""
         result = Lookup()
-        rec = ctx.record
         try:
-            await self._lookup(ctx, policy, result)
+            await self._exact(ctx, policy, result)
         except _Bypass:
-            rec.cache = "bypass"
-            result.hit = None
-        finally:
-            rec.lookup_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.stats.count(rec.cache or "bypass", rec.cache_layer or "")
+            result.result, result.hit, result.semantic = "bypass", None, False
+        result._took()
         return result
 
-    async def _lookup(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
-        data, rec, model = ctx.api.chat_view(ctx.body), ctx.record, ctx.model
+    def start_semantic(self, ctx: RequestContext, policy: CachePolicy,
+                       result: Lookup) -> asyncio.Task[None]:
+        """:meth:`semantic` as a task, kept until it ends (:meth:`drain` waits for it)."""
+        task = asyncio.get_running_loop().create_task(self.semantic(ctx, policy, result))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def semantic(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
+        """The semantic layer of a lookup whose exact layer missed; fills ``result``. Never
+        raises for cache trouble: the result is then a miss (no embedding) or a bypass (a
+        backend call failed), counted and logged."""
+        try:
+            await self._semantic(ctx, policy, result)
+        except _Bypass:
+            result.result, result.hit = "bypass", None
+        except Exception as exc:  # a bug in a lookup is a bypass, never a 500
+            self.stats.fail("semantic")
+            log.exception("cache_semantic_failed", error=type(exc).__name__)
+            result.result, result.hit = "bypass", None
+        finally:
+            result._took()
+
+    async def _exact(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
+        data = ctx.api.chat_view(ctx.body)
         directives = cache_directives(ctx.headers)
         if ineligible_reason(data, policy.max_temperature) is not None:
-            rec.cache = "bypass"
             return
-        key = result.key = cache_key(data, namespace_of(ctx.headers, ctx.key_id), model)
+        key = result.key = cache_key(data, namespace_of(ctx.headers, ctx.key_id), ctx.model)
         limit = data.get("max_completion_tokens", data.get("max_tokens"))
         result.max_tokens = limit if isinstance(limit, int) else None
         result.store = "no-store" not in directives
         if "no-cache" in directives:
-            rec.cache = "bypass"
             return
-        timeout = policy.lookup_timeout_ms / 1000
-        rec.cache = "miss"
+        result.result = "miss"
         entry = await self._bounded("get", self.backend.get_exact(key.exact, key.namespace),
-                                    timeout)
+                                    policy.lookup_timeout_ms / 1000)
         if entry is not None:
             result.hit = entry
-            rec.cache, rec.cache_layer = "hit", "exact"
+            result.result, result.layer = "hit", "exact"
             return
-        if not (policy.semantic and key.scope and self.embed is not None):
+        if policy.semantic and key.scope and self.embed is not None:
+            result.semantic = True
+            result.possible = self.backend.may_hold(key.scope)
+
+    async def _semantic(self, ctx: RequestContext, policy: CachePolicy,
+                        result: Lookup) -> None:
+        key = result.key
+        assert key is not None and key.scope is not None and key.query is not None
+        result.vector = await ctx.memo.embeddings.compute(
+            key.query, lambda text: self._embed(text, policy))
+        if result.vector is None or not result.possible:
             return
-        result.vector = ctx.memo.embeddings.get(key.query or "")
-        if result.vector is None:
-            result.vector = await self._embed(key.query or "", policy)
-            if result.vector is None:
-                return
-            ctx.memo.embeddings[key.query or ""] = result.vector
         found = await self._bounded("search", self.backend.search(
-            key.scope, result.vector, policy.candidates), timeout)
+            key.scope, result.vector, policy.candidates), policy.lookup_timeout_ms / 1000)
         try:
             result.candidates = [(e, sim, self._verify(key, result.vector, e))
                                  for e, sim in found]
@@ -161,13 +215,13 @@ class ResponseCache:
             self.stats.fail("verify")
             log.warning("cache_verify_failed", error=type(exc).__name__)
             return
-        hit = self.choose(result, policy.point(model))
+        hit = self.choose(result, policy.point(ctx.model))
         if hit is not None:
             result.hit = hit
-            rec.cache, rec.cache_layer = "hit", "semantic"
+            result.result, result.layer = "hit", "semantic"
         if result.candidates:
             best = next((c for c in result.candidates if c[0] is hit), result.candidates[0])
-            rec.similarity, rec.verified = round(best[1], 4), round(best[2], 4)
+            result.similarity, result.verified = round(best[1], 4), round(best[2], 4)
 
     async def _embed(self, text: str, policy: CachePolicy) -> np.ndarray | None:
         """The text's embedding, or None (the embedder busy, failing or too slow)."""
@@ -202,20 +256,29 @@ class ResponseCache:
                 return entry
         return None
 
-    def store_later(self, result: Lookup, answer: Answer | None, policy: CachePolicy) -> None:
-        """Store ``answer`` in the background (nothing when it is None or must not be)."""
+    def store_later(self, result: Lookup, answer: Answer | None, policy: CachePolicy,
+                    after: asyncio.Task[None] | None = None) -> None:
+        """Store ``answer`` in the background, once ``after`` (the semantic lookup, still
+        running) has ended: nothing when it is None, must not be stored, or a hit was
+        found meanwhile."""
         if answer is None or not result.store or result.key is None or result.hit is not None:
             return
-        key = result.key
-        entry = Entry(uuid.uuid4().hex, key.exact, key.scope if result.vector is not None
-                      else None, key.namespace, key.query or "", answer.to_bytes())
         task = asyncio.get_running_loop().create_task(
-            self._store(entry, result.vector, policy))
+            self._store(result, answer, policy, after))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _store(self, entry: Entry, vector: np.ndarray | None,
-                     policy: CachePolicy) -> None:
+    async def _store(self, result: Lookup, answer: Answer, policy: CachePolicy,
+                     after: asyncio.Task[None] | None) -> None:
+        if after is not None:
+            await asyncio.wait((after,))
+            if result.hit is not None:
+                return
+        key = result.key
+        assert key is not None
+        vector = result.vector
+        entry = Entry(uuid.uuid4().hex, key.exact, key.scope if vector is not None else None,
+                      key.namespace, key.query or "", answer.to_bytes())
         try:
             await self._bounded("put", self.backend.put(entry, vector, policy.ttl_s),
                                 max(1.0, policy.lookup_timeout_ms / 1000))
@@ -224,7 +287,7 @@ class ResponseCache:
             pass
 
     async def drain(self) -> None:
-        """Wait for pending stores (tests, shutdown)."""
+        """Wait for pending lookups and stores (tests, shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from gateway.embedding import Embed
+from gateway.embedding import Embed, EmbeddingMemo
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.features import last_user_text, text_features, user_turns
 from gateway.routing.router import Router, artifact_path
@@ -105,17 +105,14 @@ class Routers:
         return value
 
     async def decide(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
-                     data: dict[str, Any], embeddings: dict[str, Any]) -> Decision:
-        """Route one request. ``embeddings``: the request's memo (text -> vector); the last
-        user message's embedding is taken from it, or computed and put there (one embedding
-        per request). Never raises for embedding trouble (strong tier instead)."""
+                     data: dict[str, Any], embeddings: EmbeddingMemo) -> Decision:
+        """Route one request. ``embeddings``: the request's memo; the last user message's
+        embedding is taken from it (or awaited, when the cache is computing it), else
+        computed and put there (one embedding per request). Never raises for embedding
+        trouble (strong tier instead)."""
         messages = data.get("messages")
         text = last_user_text(messages)
-        vector = embeddings.get(text)
-        if vector is None:
-            vector = await self._embed(text)
-            if vector is not None:
-                embeddings[text] = vector
+        vector = await embeddings.compute(text, self._embed)
         threshold = self.threshold(policy)
         score = None if vector is None else self.router(policy.artifact).score(
             vector, text_features(text, user_turns(messages)))

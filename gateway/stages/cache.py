@@ -10,19 +10,43 @@ broken or cancelled answer, nor one to a request another stage changed (``ctx.lo
 context compressed, a degraded reroute to another model). Degraded mode may serve a near
 miss instead of shedding the request, at the policy's relaxed operating point
 (``x-gateway-degraded: cache:<reason>``).
-The machinery (keys, backends, verifier) is :mod:`gateway.cache`.
+
+**A lookup never slows a miss.** The exact layer is awaited (a dictionary look-up in
+memory, one round trip to Redis). The semantic layer (embedding, vector search, verifier)
+runs as a task, waited for at most ``lookup_budget_ms``; past it the request goes on down
+the pipeline while the lookup goes on, the two racing:
+
+- the lookup ends first with a hit: the rest of the pipeline is cancelled (its upstream
+  connection dropped, so the upstream stops; admission slots given back) and the hit
+  served, when that costs nothing: nothing sent yet, or an upstream that allows it
+  (``cancel_on_late_hit``: the local engine by default; a hosted API may bill a started
+  request, so it opts in per upstream). Otherwise the hit is counted (``ignored``) and the
+  upstream's answer served;
+- the upstream answers first: its answer is served (nothing the client has started to
+  receive is ever replaced); a hit found later is counted (``too_late``).
+
+The log line says what happened (``late_hit``: ``served``, ``ignored``, ``too_late``;
+``lookup_ms``: the whole lookup, null when it outlived the answer), and so do the metrics
+(``gateway_cache_over_budget_total``, ``gateway_cache_late_hits_total{outcome}``). When the
+scope holds no entry at all (a conversation's later turns), the request does not wait: the
+lookup only embeds, for the store. The machinery (keys, backends, verifier) is
+:mod:`gateway.cache`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gateway.cache.cache import Lookup, ResponseCache
+from gateway.cache.cache import CacheStats, Lookup, ResponseCache
 from gateway.context import Outcome, Reply, RequestContext
 from gateway.formats.answer import Answer
 from gateway.pipeline import Next
 from gateway.policy import CachePolicy
+from gateway.upstreams.base import Upstream
 
 if TYPE_CHECKING:
     from gateway.policy import Policy
@@ -37,32 +61,128 @@ def build(gateway: Gateway, policy: Policy) -> CacheStage | None:
     """None when the gateway has no cache or the policy turns it off."""
     if gateway.cache is None or not policy.cache.enabled:
         return None
-    return CacheStage(gateway.cache)
+    return CacheStage(gateway.cache, gateway.upstreams)
 
 
 class CacheStage:
-    def __init__(self, cache: ResponseCache) -> None:
+    """``upstreams``: by name, to tell whether the one a request was sent to may be
+    cancelled for a late hit."""
+
+    def __init__(self, cache: ResponseCache, upstreams: Mapping[str, Upstream]) -> None:
         self.cache = cache
+        self.upstreams = upstreams
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         cache, policy = self.cache, ctx.policy.cache
         if ctx.kind != "chat":
             return await call_next(ctx)
         lookup = await cache.lookup(ctx, policy)
+        if not lookup.semantic:
+            return await self._known(ctx, call_next, lookup, policy)
+        semantic = cache.start_semantic(ctx, policy, lookup)
+        try:
+            if not lookup.possible:  # a miss for sure: the task only embeds, for the store
+                return await self._known(ctx, call_next, lookup, policy, semantic)
+            await asyncio.wait((semantic,), timeout=policy.lookup_budget_ms / 1000)
+            if semantic.done():
+                return await self._known(ctx, call_next, lookup, policy)
+            return await self._race(ctx, call_next, lookup, policy, semantic)
+        except BaseException:  # the client left, or the pipeline failed: nothing to store
+            semantic.cancel()
+            raise
+
+    async def _known(self, ctx: RequestContext, call_next: Next, lookup: Lookup,
+                     policy: CachePolicy, pending: asyncio.Task[None] | None = None) -> Reply:
+        """The lookup's answer is known: serve the hit, or go on and store what comes back
+        (once ``pending``, the lookup's embedding for the store, is done)."""
+        rec = ctx.record
+        lookup.write(rec)
         if lookup.hit is not None:
-            try:
-                return _hit(ctx, lookup)
-            except ValueError:  # an entry this API cannot render (a tool call's arguments
-                lookup.hit = None  # that are not a JSON object): a miss
-                ctx.record.cache, ctx.record.cache_layer = "miss", None
-        ctx.response_headers.append((b"x-cache", (ctx.record.cache or "bypass").encode()))
+            reply = self._serve(ctx, lookup)
+            if reply is not None:
+                return reply
+        self.cache.stats.count(lookup.result, lookup.layer or "")
+        ctx.response_headers.append((b"x-cache", lookup.result.encode()))
         if lookup.candidates:
             async def relaxed(label: str) -> Reply | None:
                 return self._relaxed(ctx, lookup, policy, label)
             ctx.degraded_answer = relaxed
         reply = await call_next(ctx)
-        if lookup.store and lookup.hit is None and reply.status == 200 and not ctx.lossy:
-            self._store_when_delivered(ctx, reply, lookup, policy)
+        self._store_when_delivered(ctx, reply, lookup, policy, pending)
+        return reply
+
+    async def _race(self, ctx: RequestContext, call_next: Next, lookup: Lookup,
+                    policy: CachePolicy, semantic: asyncio.Task[None]) -> Reply:
+        """The lookup is past its budget: the rest of the pipeline runs alongside it."""
+        rec, stats = ctx.record, self.cache.stats
+        stats.over_budget += 1
+        ctx.response_headers.append((b"x-cache", b"miss"))
+
+        async def relaxed(label: str) -> Reply | None:  # shedding: worth the wait
+            await asyncio.wait((semantic,))
+            return self._relaxed(ctx, lookup, policy, label) if lookup.candidates else None
+        ctx.degraded_answer = relaxed
+        upstream = asyncio.ensure_future(call_next(ctx))
+        handled = False
+        try:
+            await asyncio.wait((semantic, upstream), return_when=asyncio.FIRST_COMPLETED)
+            if not upstream.done():  # the lookup's answer came first
+                handled = True
+                late = self._late(ctx, lookup)
+                if late is not None:
+                    await _cancel(upstream)
+                    if rec.upstream_started is not None:
+                        rec.upstream_ended = time.perf_counter()
+                    return late
+            reply = await upstream
+        except BaseException:  # the client left, or the pipeline failed
+            await _cancel(upstream)
+            raise
+        if not handled:  # the upstream's answer came first (or with the lookup's)
+            rec.cache, rec.cache_layer = "miss", None
+            stats.count("miss")
+            semantic.add_done_callback(lambda _: _count_too_late(lookup, stats))
+            reply.on_close(lambda _: _after_the_answer(ctx, lookup, semantic))
+        self._store_when_delivered(ctx, reply, lookup, policy, semantic)
+        return reply
+
+    def _late(self, ctx: RequestContext, lookup: Lookup) -> Reply | None:
+        """The lookup ended while the upstream call is under way: the hit's reply, when it
+        is one that may replace the call; else None (the log line says why)."""
+        rec, stats = ctx.record, self.cache.stats
+        lookup.write(rec)
+        headers = ctx.response_headers
+        headers[:] = [h for h in headers if h[0] != b"x-cache"]
+        if lookup.hit is None:
+            stats.count(lookup.result, lookup.layer or "")
+            headers.append((b"x-cache", lookup.result.encode()))
+            return None
+        upstream = self.upstreams.get(rec.upstream) if rec.upstream is not None else None
+        if rec.upstream is not None and not (upstream and upstream.cancel_on_late_hit):
+            rec.cache, rec.cache_layer, rec.late_hit = "miss", None, "ignored"
+            stats.count("miss")
+            stats.late("ignored")
+            headers.append((b"x-cache", b"miss"))
+            return None  # the entry stays the lookup's hit: the answer is not stored again
+        reply = self._serve(ctx, lookup)
+        if reply is None:
+            headers.append((b"x-cache", b"miss"))
+            stats.count("miss")
+            return None
+        rec.late_hit = "served"
+        stats.late("served")
+        return reply
+
+    def _serve(self, ctx: RequestContext, lookup: Lookup) -> Reply | None:
+        """The hit's reply, counted; None (now a miss) for an entry this API cannot render
+        (a tool call's arguments that are not a JSON object)."""
+        try:
+            reply = _hit(ctx, lookup)
+        except ValueError:
+            lookup.hit, lookup.result, lookup.layer = None, "miss", None
+            ctx.record.cache, ctx.record.cache_layer = "miss", None
+            return None
+        self.cache.stats.count("hit", lookup.layer or "")
         return reply
 
     def _relaxed(self, ctx: RequestContext, lookup: Lookup, policy: CachePolicy,
@@ -77,13 +197,15 @@ class CacheStage:
         return _hit(ctx, lookup)
 
     def _store_when_delivered(self, ctx: RequestContext, reply: Reply, lookup: Lookup,
-                              policy: CachePolicy) -> None:
+                              policy: CachePolicy, pending: asyncio.Task[None] | None) -> None:
+        if not lookup.store or lookup.hit is not None or reply.status != 200 or ctx.lossy:
+            return
         cache, rec, api = self.cache, ctx.record, ctx.api
         if reply.stream is None:
             def store_body(outcome: Outcome) -> None:
                 if outcome.delivered:
                     answer = api.answer_from_body(reply.body, policy.cache_tool_calls)
-                    cache.store_later(lookup, answer, policy)
+                    cache.store_later(lookup, answer, policy, pending)
             reply.on_close(store_body)
             return
         collector = api.collector()
@@ -93,8 +215,35 @@ class CacheStage:
             if outcome.delivered:
                 usage = {"prompt_tokens": rec.prompt_tokens,
                          "completion_tokens": rec.completion_tokens}
-                cache.store_later(lookup, collector.answer(rec.finish_reason, usage), policy)
+                cache.store_later(lookup, collector.answer(rec.finish_reason, usage), policy,
+                                  pending)
         reply.on_close(store_stream)
+
+
+async def _cancel(task: asyncio.Future[Reply]) -> None:
+    """Cancel the rest of the pipeline and wait until it has unwound (its upstream
+    connection closed, its slots given back); a reply it made meanwhile is closed unsent.
+    (Its error, if it failed, is the caller's to raise.)"""
+    task.cancel()
+    await asyncio.wait((task,))
+    if not task.cancelled() and task.exception() is None:
+        task.result().close(Outcome(False))
+
+
+def _count_too_late(lookup: Lookup, stats: CacheStats) -> None:
+    if lookup.hit is not None:
+        stats.late("too_late")
+
+
+def _after_the_answer(ctx: RequestContext, lookup: Lookup, semantic: asyncio.Task[None]) -> None:
+    """At the end of an upstream answer that came before the lookup's: what the lookup
+    found, if it has ended (the client got the upstream's answer: ``cache`` stays miss)."""
+    if not semantic.done():
+        return
+    rec = ctx.record
+    rec.similarity, rec.verified, rec.lookup_ms = lookup.similarity, lookup.verified, lookup.ms
+    if lookup.hit is not None:
+        rec.late_hit = "too_late"
 
 
 def _hit(ctx: RequestContext, lookup: Lookup) -> Reply:

@@ -22,6 +22,8 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             instead of answering text (finish_reason "tool_calls")
 ``x-fake-cache-scope``      with ``simulate_cache``: which simulated cache (default "")
 ``x-fake-clock``            with ``simulate_cache``: the simulated time (s) of the request
+``x-fake-hold``             answer only once the test calls ``release(NAME)`` with this value
+                            (or the client has left): an upstream as slow as a test needs
 =========================  =========================================================
 
 ``FakeUpstream(simulate_cache=True)``: chat usage reports ``prompt_tokens`` and
@@ -84,6 +86,9 @@ class FakeUpstream:
     _slots: asyncio.Semaphore | None = None
     _fail_counts: Counter[str] = field(default_factory=Counter)
     _cond: threading.Condition = field(default_factory=threading.Condition)
+    _released: set[str] = field(default_factory=set)
+    _holds: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = field(
+        default_factory=dict)
 
     # -- test helpers ---------------------------------------------------------------------
     def wait_for(self, predicate: Callable[[list[Record]], Any], timeout: float = 5.0) -> Any:
@@ -102,6 +107,29 @@ class FakeUpstream:
         with self._cond:
             self.records.clear()
             self._fail_counts.clear()
+            self._released.clear()
+
+    def release(self, name: str) -> None:
+        """Let the requests held with ``x-fake-hold: NAME`` answer, now and from now on."""
+        with self._cond:
+            self._released.add(name)
+            held = self._holds.pop(name, [])
+        for loop, event in held:
+            loop.call_soon_threadsafe(event.set)
+
+    async def _held(self, name: str, disconnected: asyncio.Event) -> bool:
+        """Wait for ``release(name)``; True when the client left first."""
+        with self._cond:
+            if name in self._released:
+                return False
+            released = asyncio.Event()
+            self._holds.setdefault(name, []).append((asyncio.get_running_loop(), released))
+        waits = [asyncio.ensure_future(released.wait()),
+                 asyncio.ensure_future(disconnected.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        return disconnected.is_set()
 
     # -- ASGI -----------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,6 +197,9 @@ class FakeUpstream:
     ) -> None:
         ttft = float(headers.get("x-fake-ttft-ms", 0)) / 1000
         if ttft and await _wait(disconnected, ttft):
+            return
+        hold = headers.get("x-fake-hold")
+        if hold and await self._held(hold, disconnected):
             return
         status = int(headers.get("x-fake-status", 0))
         fail_times = int(headers.get("x-fake-fail-times", 0))

@@ -76,6 +76,9 @@ class Upstream(abc.ABC):
     #: Requests it serves at once at most, when it knows (the local engine's max_num_seqs);
     #: admission matches it (gateway.admission.AdmissionPolicy.for_capacity).
     capacity: int | None = None
+    #: A started request may be cancelled for a cache hit found later (see
+    #: gateway.stages.cache): free on the local engine; a hosted API may bill it (opt-in).
+    cancel_on_late_hit: bool = False
 
     @property
     def enabled(self) -> bool:

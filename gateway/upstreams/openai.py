@@ -95,6 +95,7 @@ class OpenAIUpstream(Upstream):
         self._session: aiohttp.ClientSession | None = None
         # Read once, like the key itself (asked on every request: no environment lookup).
         self._enabled = config.enabled
+        self.cancel_on_late_hit = bool(config.cancel_on_late_hit)
 
     @property
     def enabled(self) -> bool:

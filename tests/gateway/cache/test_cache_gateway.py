@@ -2,7 +2,9 @@
 
 Embeddings here are a deterministic bag-of-words hash (sentences sharing most words are
 close), and the verifier threshold is 0 unless a test says otherwise, so these tests pin
-down scoping, storing and serving; the learned verifier is tested on its own.
+down scoping, storing and serving; the learned verifier is tested on its own. The lookup
+budget is long here, so every lookup ends before the request goes on whatever the machine's
+load; what happens past the budget is tested in test_lookup_budget.py.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ ttl_s = 600
 max_temperature = 1.0
 operating_point = { similarity = 0.8, verifier = 0.0 }
 relaxed = { similarity = 0.3, verifier = 0.0 }
+lookup_budget_ms = 60000
 """
 MEMORY = "\n[cache]\nenabled = true\nbackend = \"memory\"\n"
 
