@@ -13,7 +13,8 @@ head; binary cross-entropy, AdamW (lr 5e-5, 10% warm-up, linear decay), batch 32
 to 64 tokens, one epoch: chosen so a 2-core CPU finishes in well under an hour. Then: export
 to ONNX (opset 17), int8 dynamic quantisation (onnxruntime.quantization), and the scores of
 the shipped (quantised) model on the calibration part, saved to
-``cross_verifier_calibration.npz`` for ``--calibrate`` and the policy's threshold.
+``.cache/cross_verifier_calibration.npz``, and the policy's threshold picked from them
+(``--calibrate`` repeats only that step).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from gateway.tools.train_verifier import DEV, load_pairs
 
 __all__ = ["main", "split_dev"]
 
-CALIBRATION = ARTIFACT.with_name("cross_verifier_calibration.npz")
+#: The held-out dev part's scores (texts included: kept out of the package and of git).
+CALIBRATION = Path(__file__).resolve().parents[2] / ".cache" / "cross_verifier_calibration.npz"
 
 
 def split_dev(a: list[str], b: list[str], y: np.ndarray
@@ -72,18 +74,24 @@ def _build_model(layers: int) -> Any:
 
 
 def _train(model: Any, data: list[tuple[str, str, int]], batch: int, lr: float,
-           log_every: int = 50) -> None:
+           budget_s: float, log_every: int = 25) -> int:
+    """One pass over ``data``, or less: training stops when ``budget_s`` seconds are spent.
+    The learning rate warms up over the first 10% of progress and decays linearly to 0 at
+    the end, progress being the larger of the steps' and the time budget's fraction, so a
+    pass cut short by the budget still ends annealed. Returns the steps taken."""
     import torch
 
     tok = tokenizer(MAX_TOKENS)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     steps = -(-len(data) // batch)
-    warm = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
     model.train()
     started, seen_loss = time.perf_counter(), 0.0
     for step in range(steps):
+        progress = max(step / steps, (time.perf_counter() - started) / budget_s)
+        if progress >= 1.0:
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr * min(progress / 0.1, (1.0 - progress) / 0.9)
         rows = data[step * batch:(step + 1) * batch]
         enc = encode(tok, [(x, z) for x, z, _ in rows])
         logits = model(**{k: torch.from_numpy(v) for k, v in enc.items()})
@@ -93,13 +101,13 @@ def _train(model: Any, data: list[tuple[str, str, int]], batch: int, lr: float,
         loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         seen_loss += float(loss.detach())
         if (step + 1) % log_every == 0:
             el = time.perf_counter() - started
-            print(f"step {step + 1}/{steps} loss {seen_loss / log_every:.4f} "
-                  f"{el:.0f}s (eta {el / (step + 1) * (steps - step - 1):.0f}s)", flush=True)
+            print(f"step {step + 1}/{steps} loss {seen_loss / log_every:.4f} {el:.0f}s "
+                  f"(progress {progress:.2f})", flush=True)
             seen_loss = 0.0
+    return step
 
 
 def _export(model: Any, out: Path, layers: int) -> None:
@@ -170,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--budget-min", type=float, default=60.0,
+                        help="training time budget (minutes); the pass stops there")
     parser.add_argument("--calib-per-kind", type=int, default=400)
     parser.add_argument("--out", type=Path, default=ARTIFACT)
     parser.add_argument("--calibrate", action="store_true",
@@ -195,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(r[2] for r in data)} positive", flush=True)
     started = time.perf_counter()
     model = _build_model(args.layers)
-    _train(model, data, args.batch, args.lr)
+    steps = _train(model, data, args.batch, args.lr, args.budget_min * 60)
     train_s = time.perf_counter() - started
+    print(f"trained {steps} steps ({steps * args.batch} pairs seen)", flush=True)
     _export(model, args.out, args.layers)
     print(f"trained in {train_s:.0f}s; wrote {args.out} ({args.out.stat().st_size} bytes)",
           flush=True)
@@ -210,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = np.concatenate([verifier.score_pairs(rows[i:i + 64])
                              for i in range(0, len(rows), 64)])
     n = len(calib_pairs)
+    CALIBRATION.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(CALIBRATION, a=np.array([r[0] for r in rows]),
                         b=np.array([r[1] for r in rows]), score=scores.astype(np.float32),
                         label=np.array([r[2] for r in calib_pairs] + [p.label for p in
