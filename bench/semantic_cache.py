@@ -2,15 +2,12 @@
 
     python bench/semantic_cache.py [--skip-latency] [--requests 400]
 
-(a) Quality, at the operating point shipped in policies/default.toml:
-    - qqp_pairs_test.jsonl (store text_a, query text_b): precision and recall, the whole
-      precision/recall curve over the verifier threshold, and the static-cosine baseline on
-      the same embeddings (its best recall at the same precision, and its precision at the
-      same recall);
-    - gptcache_paraphrase_pairs.jsonl: all 999 origins stored in one scope, each paraphrase
-      asked: correct hits (its own origin served), wrong hits (another one), misses.
-      GPTCache published 804 / 77 / 118 at its threshold 0.9. Also the ceiling of any
-      operating point: how often the nearest stored origin is the asked one's at all.
+(a) Quality (bench/semantic_quality.py): verifier v3 (cross-encoder, at the operating point
+    shipped in policies/default.toml), v2 (the MLP, at its shipped point) and static cosine,
+    side by side on qqp_pairs_test (precision, recall), the 999 GPTCache paraphrases
+    (correct / wrong / missed; GPTCache published 804 / 77 / 118 at its threshold 0.9) and
+    hard negatives made by rule from the QQP test texts (share rejected), with yes/no per
+    issue-17 target.
 (b) Latency through the gateway (fake upstream, zero think time): exact hits, paraphrases
     of stored questions (all of them, and the semantic hits among them, told apart by the
     x-cache-similarity header) and misses (new questions, embedded, looked up, sent
@@ -42,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,10 +47,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from processes import free_port, start_fake, start_gateway, stop, wait_ready
 
-from gateway.cache.verifier import Verifier
+from semantic_quality import quality, summary
+
 from gateway.policy import load_policy
-from gateway.tools.cache_cli import curve, precision_recall, score_pairs, static_cosine
-from gateway.tools.embeddings import embed_texts
 
 DATA = ROOT.parent / "shared" / "data" / "semantic_cache"
 
@@ -62,59 +57,6 @@ DATA = ROOT.parent / "shared" / "data" / "semantic_cache"
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return round(s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))], 2)
-
-
-def quality(point: Any) -> dict[str, Any]:
-    s = score_pairs(DATA / "qqp_pairs_test.jsonl", use_oof=False)
-    hit = (s.cosine >= point.similarity) & (s.verifier >= point.verifier)
-    precision, recall = precision_recall(hit, s.label)
-    # static cosine: best recall at our precision, and precision at our recall
-    baseline_same_p = static_cosine(s, precision)
-    order = np.argsort(-s.cosine)
-    tp = np.cumsum(s.label[order])
-    k = int(np.searchsorted(tp, recall * s.label.sum()))
-    baseline_same_r = round(float(tp[min(k, len(tp) - 1)] / (k + 1)), 4)
-    qqp = {"pairs": len(s.label), "precision": round(precision, 4), "recall": round(recall, 4),
-           "static_cosine_at_same_precision": baseline_same_p,
-           "static_cosine_precision_at_same_recall": baseline_same_r,
-           "curve": curve(s, point.similarity, 21)}
-
-    rows = [orjson.loads(line) for line in (DATA / "gptcache_paraphrase_pairs.jsonl")
-            .read_bytes().splitlines() if line.strip()]
-    origins = [r["origin"] for r in rows]
-    similar = [r["similar"] for r in rows]
-    eo, es = embed_texts(origins), embed_texts(similar)
-    verifier = Verifier()
-    correct = wrong = miss = 0
-    sims = es @ eo.T
-    for i in range(len(rows)):
-        served = None
-        for j in np.argsort(-sims[i])[:4]:
-            if sims[i, j] < point.similarity:
-                break
-            score = verifier.score(similar[i], origins[j], es[i], eo[j])
-            if score >= point.verifier:
-                served = j
-                break
-        if served is None:
-            miss += 1
-        elif origins[served] == origins[i]:
-            correct += 1
-        else:
-            wrong += 1
-    # The ceiling of any operating point: the nearest stored origin is the asked one's (by
-    # text) or not; a wrong nearest is often a near-copy of the asked origin (the 999
-    # origins hold many paraphrases of each other), which no pair score can tell apart.
-    nearest = sims.argmax(axis=1)
-    wrong_nearest = [i for i in range(len(rows)) if origins[nearest[i]] != origins[i]]
-    ceiling = {"nearest_is_own_origin": len(rows) - len(wrong_nearest),
-               "nearest_is_another": len(wrong_nearest),
-               "another_within_cosine_0.9_of_own": sum(
-                   float(eo[nearest[i]] @ eo[i]) >= 0.9 for i in wrong_nearest)}
-    return {"qqp_test": qqp, "gptcache_paraphrases": {
-        "pairs": len(rows), "correct_hits": correct, "wrong_hits": wrong, "misses": miss,
-        "any_operating_point_ceiling": ceiling,
-        "gptcache_published": {"correct_hits": 804, "wrong_hits": 77, "misses": 118}}}
 
 
 async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
@@ -363,18 +305,12 @@ async def main() -> None:
     point = load_policy(ROOT / "policies" / "default.toml").cache.operating_point
     result: dict[str, Any] = {"operating_point": {"similarity": point.similarity,
                                                   "verifier": point.verifier}}
-    result["quality"] = quality(point)
+    result["quality"] = quality(load_policy(ROOT / "policies" / "default.toml").cache)
     result["throughput"] = await throughput()
     if not args.skip_latency:
         result["latency"] = await latency(args.requests)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
-    q = result["quality"]["qqp_test"]
-    g = result["quality"]["gptcache_paraphrases"]
-    line = (f"summary: QQP test precision {q['precision']} recall {q['recall']} (static "
-            f"cosine at that recall: precision {q['static_cosine_precision_at_same_recall']}); "
-            f"GPTCache pairs {g['correct_hits']} correct / {g['wrong_hits']} wrong / "
-            f"{g['misses']} misses (nearest origin right for "
-            f"{g['any_operating_point_ceiling']['nearest_is_own_origin']}); "
+    line = (f"summary: {summary(result['quality'])}; "
             f"micro-batching {result['throughput']['ratio']}x")
     lat = result.get("latency", {})
     if lat:

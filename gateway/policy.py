@@ -116,6 +116,11 @@ class CachePolicy:
     #: Lookups waiting for an embedding at once; beyond it, new requests skip the semantic
     #: layer (exact matches still hit) instead of queueing behind the embedding thread.
     max_pending_embeddings: int = bounded(16, ge=1)
+    #: Which verifier scores candidates past the cosine floor: ``cross`` (v3, a cross-encoder
+    #: over both texts, gateway.cache.cross_verifier) or ``mlp`` (v2, over the embeddings,
+    #: gateway.cache.verifier). The operating points below are that verifier's scores. The
+    #: default stays ``mlp`` until a v3 artifact meets issue 17's targets.
+    verifier: Literal["cross", "mlp"] = "mlp"
     operating_point: OperatingPoint = field(default_factory=OperatingPoint)
     #: Used by the degraded-mode ``cache`` action: a looser point, when the alternative is
     #: shedding the request.

@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gateway.admission import EntryLimits, ModelLimiters
 from gateway.auth import Authenticator
 from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
-from gateway.cache.verifier import ARTIFACT, Verifier
+from gateway.cache.verifier import Verifier
+from gateway.cache.verifiers import Kind, PolicyVerifier
 from gateway.compression.state import CompressionState
 from gateway.config import CacheConfig, Config, Target, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
@@ -67,8 +68,10 @@ class ModelTable:
         return route
 
 
-def build_cache(config: CacheConfig, embed: Embed | None) -> ResponseCache:
-    """The response cache on its configured backend, with the shipped verifier."""
+def build_cache(config: CacheConfig, embed: Embed | None,
+                kind: Callable[[], Kind] = lambda: "mlp") -> ResponseCache:
+    """The response cache on its configured backend, scoring with the shipped verifier that
+    ``kind()`` (the current policy's ``[cache] verifier``) names."""
     backend: Backend
     if config.backend == "redis":
         from gateway.cache.redis_backend import RedisBackend
@@ -76,8 +79,8 @@ def build_cache(config: CacheConfig, embed: Embed | None) -> ResponseCache:
         backend = RedisBackend(config.redis_url, prefix=config.prefix)
     else:
         backend = MemoryBackend(config.max_entries, config.max_bytes)
-    verifier = Verifier() if ARTIFACT.exists() else None
-    return ResponseCache(backend, embed, verifier)
+    # ResponseCache's annotation names the MLP class; PolicyVerifier has its interface.
+    return ResponseCache(backend, embed, cast(Verifier, PolicyVerifier(kind)))
 
 
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
@@ -129,7 +132,8 @@ class Gateway:
         self.metrics.watch_guards(self.dispatcher)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
         self.request_ids = RequestIds()
-        self.cache = build_cache(config.cache, embed) if config.cache.enabled else None
+        self.cache = build_cache(config.cache, embed, lambda: self.policy.cache.verifier) \
+            if config.cache.enabled else None
         if self.cache is not None:
             self.metrics.watch_cache(self.cache)
         #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
