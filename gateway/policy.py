@@ -108,18 +108,14 @@ class CachePolicy:
     cache_tool_calls: bool = False
     #: Bound on each backend call (ms); slower -> bypass.
     lookup_timeout_ms: float = bounded(20.0, ge=1.0)
-    #: Wait at most this long (ms) for the semantic layer, then go upstream while it goes on
-    #: (a hit found later cancels the upstream call where that is free: gateway.stages.cache).
+    #: Wait at most this long (ms) for the semantic layer, then go upstream while it goes on.
     lookup_budget_ms: float = bounded(3.0, ge=0.0)
     #: Nearest neighbours checked per lookup.
     candidates: int = bounded(4, ge=1, le=32)
-    #: Lookups waiting for an embedding at once; beyond it, new requests skip the semantic
-    #: layer (exact matches still hit) instead of queueing behind the embedding thread.
+    #: Lookups waiting for an embedding at once; beyond it the semantic layer is skipped.
     max_pending_embeddings: int = bounded(16, ge=1)
-    #: Which verifier scores candidates past the cosine floor: ``cross`` (v3, a cross-encoder
-    #: over both texts, gateway.cache.cross_verifier) or ``mlp`` (v2, over the embeddings,
-    #: gateway.cache.verifier). The operating points below are that verifier's scores. The
-    #: default stays ``mlp`` until a v3 artifact meets issue 17's targets.
+    #: The verifier of candidates past the cosine floor (its scores are the operating points'):
+    #: ``mlp`` (v2, gateway.cache.verifier) or ``cross`` (v3 cross-encoder, not yet shipped).
     verifier: Literal["cross", "mlp"] = "mlp"
     operating_point: OperatingPoint = field(default_factory=OperatingPoint)
     #: Used by the degraded-mode ``cache`` action: a looser point, when the alternative is
