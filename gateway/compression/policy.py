@@ -29,6 +29,14 @@ class CompressionPolicy:
     system: bool = False
     #: Kept documents ordered with the most relevant at both ends (lost in the middle).
     reorder: bool = True
+    #: The fine pass (gateway.compression.fine): inside the units the coarse pass keeps,
+    #: drop the words SmolLM2 finds least informative (LLMLingua), scored by a ``type =
+    #: "local"`` upstream's engine; the budget stays ``tokens / ratio``. Off until it
+    #: measures better than coarse alone (README, bench/compression.py --fine).
+    token_level: bool = False
+    #: The compressor's cost with the fine pass before it has measured its own (ms per
+    #: 1,000 context tokens; measured on a 2-core CPU at 4x).
+    token_level_ms_per_1k_tokens: float = bounded(1000.0, ge=0.0)
     #: ``net_positive``: compress only when the predicted prefill time saved (and the
     #: tokens' worth, ``cost_weight``) beats the compressor's predicted time + ``margin_ms``
     #: (gateway.compression.gate); ``always``: whenever there is enough to compress.
