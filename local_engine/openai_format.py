@@ -11,6 +11,7 @@ log-probability (``logprobs: 0``), as vLLM and OpenAI's older models do. Bad inp
 from __future__ import annotations
 
 import base64
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,7 +256,7 @@ def score_response(id_: str, request: ScoreRequest, created: int,
         ends = [*offsets[1:], len(prompt)]
         info = None
         if request.logprobs:
-            values = [None if v != v else round(float(v), 4) for v in logprobs.tolist()]
+            values = [None if math.isnan(v) else round(v, 4) for v in logprobs.tolist()]
             info = {"tokens": [prompt[a:b] for a, b in zip(offsets, ends)],
                     "token_logprobs": values, "top_logprobs": None,
                     "text_offset": list(offsets)}

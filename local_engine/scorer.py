@@ -16,12 +16,26 @@ wait at most one prefill chunk's time per step. Tensors only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from local_engine.model import AttentionMeta, LlamaModel
 
-__all__ = ["ScoreBatch"]
+__all__ = ["ScoreBatch", "encode_text"]
+
+
+def encode_text(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
+    """A plain text's token ids (no special tokens, no chat template) by a Hugging Face
+    fast tokenizer, and the character where each token starts (non-decreasing: a token
+    that continues a character split across tokens starts where that character does)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offsets, last = [], 0
+    for start, _ in enc["offset_mapping"]:
+        last = max(last, start)
+        offsets.append(last)
+    return list(enc["input_ids"]), offsets
 
 
 class ScoreBatch:

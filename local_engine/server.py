@@ -44,6 +44,7 @@ from local_engine.openai_format import (
     score_response,
     usage,
 )
+from local_engine.scorer import encode_text
 from local_engine.speculative import SpecConfig
 
 __all__ = ["EngineServer", "build_app", "main"]
@@ -69,15 +70,8 @@ class EngineServer:
         return list(ids)
 
     def encode_text(self, text: str) -> tuple[list[int], list[int]]:
-        """A plain text's token ids (no special tokens, no chat template) and the character
-        where each token starts (non-decreasing: a token that continues a character split
-        across tokens starts where that character does)."""
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets, last = [], 0
-        for start, _ in enc["offset_mapping"]:
-            last = max(last, start)
-            offsets.append(last)
-        return list(enc["input_ids"]), offsets
+        """See :func:`local_engine.scorer.encode_text`."""
+        return encode_text(self.tokenizer, text)
 
 
 def _error(exc: EngineError) -> Response:
