@@ -98,7 +98,7 @@ async def compress(context: str, question: str, target_ratio: float, embed: Embe
     if score is not None:
         loose = math.floor(max(0, limit - fixed) * max(1.0, options.slack))
         outcome, text, kept = await _fine(layout, costs, scores, loose, limit, count_tokens,
-                                          arrange, score, options.keep_names)
+                                          arrange, score, options)
         if text is not None:
             return Result(text, tokens_before, count_tokens(text),
                           (time.perf_counter() - t0) * 1e3, kept, len(units) - kept, outcome)
@@ -117,7 +117,7 @@ async def compress(context: str, question: str, target_ratio: float, embed: Embe
 
 async def _fine(layout: Layout, costs: list[int], scores: np.ndarray, loose: int, limit: int,
                 count_tokens: CountTokens, arrange: Callable[[list[int]], list[int]] | None,
-                score: Score, keep_names: bool) -> tuple[str, str | None, int]:
+                score: Score, options: FineOptions) -> tuple[str, str | None, int]:
     """Coarse at ``loose`` tokens for the droppable units, then the fine pass to ``limit``:
     (outcome, the text or None when the coarse step alone must do, units kept)."""
     kept = choose(costs, scores, max(0, loose)) or [int(scores.argmax())]
@@ -125,10 +125,14 @@ async def _fine(layout: Layout, costs: list[int], scores: np.ndarray, loose: int
     text = render(layout, kept, arrange, where)
     if count_tokens(text) <= limit:
         return "unneeded", text, len(kept)
+    units = units_of(layout)
+    whole = {id(units[i]) for i in kept[:options.whole]}  # kept is most relevant first
     regions = [(at + len(u.text) - len(u.content), at + len(u.text)) for u, at in where
-               if u.kind in _PROSE and u.content and len(u.text.encode()) <= MAX_REGION_BYTES]
+               if u.kind in _PROSE and u.content and id(u) not in whole
+               and len(u.text.encode()) <= MAX_REGION_BYTES]
     try:
-        out = await fine(text, sorted(regions), limit, count_tokens, score, keep_names)
+        out = await fine(text, sorted(regions), limit, count_tokens, score,
+                         options.keep_names)
     except Exception as exc:  # noqa: BLE001 - the fine pass is optional: coarse alone then
         log.warning("compression_fine_failed", error=f"{type(exc).__name__}: {exc}"[:300])
         return "error", None, 0

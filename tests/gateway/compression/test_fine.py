@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gateway.compression import compress
-from gateway.compression.fine import Piece, Scored, cut, fine, pieces
+from gateway.compression.fine import FineOptions, Piece, Scored, cut, fine, pieces
 from gateway.compression.scoring import ScoringFailed
 from gateway.compression.tokens import o200k
 from gateway.compression.units import protected_spans
@@ -129,8 +129,11 @@ async def test_compress_with_the_fine_pass_keeps_pinned_text_and_the_budget():
     coarse = await compress(context, question, 4.0, keyword_embed, count,
                             pinned=[(at, len(context))])
     result = await compress(context, question, 4.0, keyword_embed, count,
-                            pinned=[(at, len(context))], score=scorer)
+                            pinned=[(at, len(context))], score=scorer,
+                            options=FineOptions(whole=1))
     assert result.fine == "applied" and scorer.calls
+    glacier = next(line for line in context.splitlines() if "(Title: Glacier)" in line)
+    assert glacier in result.text.splitlines()  # the most relevant unit: left whole
     assert result.text.endswith("\n\n" + question)  # the question, byte for byte
     assert result.tokens_after == count(result.text) <= result.tokens_before // 4
     assert result.units_kept > coarse.units_kept  # coarse kept more; fine cut inside them
