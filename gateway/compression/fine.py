@@ -43,9 +43,6 @@ from gateway.compression.units import protected_spans
 
 __all__ = ["FINE", "FineOptions", "Piece", "Score", "Scored", "cut", "fine", "pieces"]
 
-#: Rounds of dropping more after the text returned still counts over the budget.
-MAX_ROUNDS = 4
-
 
 @dataclass(frozen=True, slots=True)
 class FineOptions:
@@ -194,19 +191,17 @@ async def fine(text: str, regions: Sequence[tuple[int, int]], limit: int,
     """``text`` cut to at most ``limit`` tokens (``count``) by dropping the least
     informative words inside ``regions`` ([start, end) character spans of ``text``, sorted,
     disjoint); ``text`` itself when it already fits; None when the words that may go are
-    too few to reach the budget (then nothing is scored) or still leave it over after
-    :data:`MAX_ROUNDS` rounds. ``keep_names``: see :func:`pieces`. Raises what ``score``
-    raises."""
+    too few to reach the budget (then nothing is scored, when that shows before scoring).
+    ``keep_names``: see :func:`pieces`. Raises what ``score`` raises."""
     total = count(text)
     if total <= limit:
         return text
-    need = total - limit
     protected = protected_spans(text)
     # Without a score yet: could dropping every free word reach the budget at all?
     free = sum(e - s for s, e in regions) - sum(
         min(e, re) - max(s, rs) for rs, re in regions for s, e in protected
         if s < re and e > rs)
-    if free * total < need * len(text):
+    if free * total < (total - limit) * len(text):
         return None
     scored = await score([text[s:e] for s, e in regions])
     words: list[Piece] = []
@@ -214,22 +209,19 @@ async def fine(text: str, regions: Sequence[tuple[int, int]], limit: int,
         words += pieces(text[s:e], one, [(a, b) for a, b in protected if a < e and b > s], s,
                         keep_names)
     order = sorted((p for p in words if p.droppable), key=lambda p: (p.info, p.start))
-    scored_tokens = sum(p.tokens for p in words) or 1
-    # scoring tokens per counted token, measured on the regions' text
-    scale = scored_tokens / max(1, count("".join(text[s:e] for s, e in regions)))
-    chosen: list[Piece] = []
-    taken = 0
-    for _ in range(MAX_ROUNDS):
-        goal = math.ceil(need * scale)
-        while taken < len(order) and goal > 0:
-            goal -= order[taken].tokens
-            chosen.append(order[taken])
-            taken += 1
-        out = cut(text, sorted(chosen, key=lambda p: p.start))
-        over = count(out) - limit
-        if over <= 0:
-            return out
-        if taken == len(order):
-            return None
-        need = over
-    return None
+
+    def without(k: int) -> str:  # the text less the k least informative words
+        return cut(text, sorted(order[:k], key=lambda p: p.start))
+
+    # The fewest words whose dropping meets the budget: binary search (the count falls as
+    # words go, up to how a join tokenizes), a dozen counts of the text at most.
+    lo, hi = 0, len(order)
+    if count(without(hi)) > limit:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if count(without(mid)) <= limit:
+            hi = mid
+        else:
+            lo = mid
+    return without(hi)
