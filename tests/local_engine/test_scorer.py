@@ -56,21 +56,31 @@ def test_scoring_beside_decodes_changes_no_output(make_engine: Callable[..., Eng
     while alone_engine.has_work():
         alone_engine.step()
 
+    events: list[str] = []
+
     async def together() -> tuple[list[int], list[np.ndarray]]:
         engine = AsyncEngine(make_engine(max_batch_tokens=8)).start()
         try:
             async def generate() -> list[int]:
                 out: list[int] = []
                 async for o in engine.generate(prompt(7, 20), GREEDY):
+                    events.append("token")
                     out = o.seq.output_ids
                 return out
-            return await asyncio.gather(generate(), engine.score([prompt(1, 60), [5]]))
+
+            async def score() -> list[np.ndarray]:
+                scored = await engine.score([prompt(1, 60), [5]])  # 8 chunks of 8 tokens
+                events.append("scored")
+                return scored
+            return await asyncio.gather(generate(), score())
         finally:
             engine.close()
 
     output, scored = asyncio.run(together())
     assert output == seq.output_ids
     assert [len(s) for s in scored] == [60, 1]
+    # one chunk a step: the decode got its first tokens while the scoring went on
+    assert events.index("scored") > events.index("token")
 
 
 def test_bad_score_calls_are_refused(make_engine: Callable[..., Engine]) -> None:
