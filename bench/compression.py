@@ -2,6 +2,7 @@
 
     python bench/compression.py [--split test] [--limit N] [--timing 30] [--e2e 9]
     python bench/compression.py --tune [--limit N]      # dev only: pick the rank weights
+    python bench/compression.py --fine N [--fine-e2e M] | --fine-tune   # token_level
 
 Data (``../shared/data/compression``; dev = items whose question's SHA-1 hex digest starts
 with 0-7, test = 8-f; KV items split on the asked key the same way):
@@ -35,6 +36,9 @@ End to end (``--e2e N`` items, 0 skips; ``bench/compression_e2e.py``): the local
 the net-positive gate decides on those prompts and a mix of 2-40 documents, for the engine
 (prefill rate learned from its TTFTs) and hosted models (``--hosted-ms-per-token``, set),
 each decision judged against the compressor time and prefill time actually spent and saved.
+
+Token level (``--fine N``, ``--fine-e2e M``, dev ``--fine-tune``): coarse alone against
+coarse + fine at the same achieved ratio (``bench/compression_fine.py``).
 
 Prints a JSON document, then one summary line starting ``compression:`` with the issue's
 targets: 4x retention >= 95% averaged over positions and >= 90% at each, >= 20 points above
@@ -77,6 +81,9 @@ from compression_data import (
 from compression_e2e import checks as e2e_checks
 from compression_e2e import run as run_e2e
 from compression_e2e import summary_parts as e2e_parts
+from compression_fine import print_tune as tune_fine
+from compression_fine import run as run_fine
+from compression_fine import summary_parts as fine_parts
 
 from gateway.compression import compress
 from gateway.compression.rank import WEIGHTS, dense, exact, lexical
@@ -330,6 +337,8 @@ async def main_async(args: argparse.Namespace) -> int:
     embedder = load_embedder()
     memo = Memo(embedder, CACHE / "minilm.npz")
     try:
+        if args.fine_tune:
+            return await tune_fine(nq_items(True, args.limit), memo, count, CACHE)
         if args.tune:
             items = nq_items(True, args.limit)
             kv = kv_items(True, args.kv_limit)
@@ -347,6 +356,9 @@ async def main_async(args: argparse.Namespace) -> int:
         kvr = await kv_retention(kv, memo, count)
         times = await timing(items[:args.timing], kv[:max(1, args.timing // 3)],
                              embedder, count)
+        fine = await run_fine(items, kv, memo, embedder, count, args.fine, args.timing // 3,
+                              args.fine_e2e, CACHE / "smollm2_scores.npz"
+                              ) if args.fine else {}
     finally:
         memo.save()
     e2e = await run_e2e(items, embedder, args.e2e, times["nq"]["ms_per_1k_tokens_p50"],
@@ -355,9 +367,10 @@ async def main_async(args: argparse.Namespace) -> int:
     doc = {"bench": "compression", "split": args.split, "weights": {
         "dense": WEIGHTS.dense, "lexical": WEIGHTS.lexical, "exact": WEIGHTS.exact,
         "embed_chars": WEIGHTS.embed_chars}, "embedder": embedder.backend,
-        "nq": nq, "kv": kvr, "timing": times, **e2e, "acceptance": checks}
+        "nq": nq, "kv": kvr, "timing": times, **e2e, **fine, "acceptance": checks}
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    print(summary_line(nq, kvr, times, checks, e2e_parts(e2e) if e2e else []))
+    print(summary_line(nq, kvr, times, checks, (e2e_parts(e2e) if e2e else [])
+                       + (fine_parts(fine) if fine else [])))
     return 0
 
 
@@ -373,6 +386,12 @@ def main() -> int:
     parser.add_argument("--hosted-ms-per-token", type=lambda v: tuple(map(float, v.split(","))),
                         default=(0.02,), help="hosted prefill rates the gate is judged at")
     parser.add_argument("--tune", action="store_true", help="search the rank weights on dev")
+    parser.add_argument("--fine", type=int, default=0, help="NQ items for coarse alone vs "
+                        "coarse + fine (token_level; bench/compression_fine.py); 0: skip")
+    parser.add_argument("--fine-e2e", type=int, default=0,
+                        help="with --fine: items the engine reads coarse vs coarse + fine")
+    parser.add_argument("--fine-tune", action="store_true",
+                        help="dev: the fine pass's options grid on --limit items")
     return asyncio.run(main_async(parser.parse_args()))
 
 

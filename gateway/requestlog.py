@@ -61,6 +61,10 @@ compress_ms        the compressor's time (ms)
 compress_skip      why the stage did not compress: ``client_off``, ``short``,
                    ``nothing_to_compress``, ``no_prefill_rate``, ``not_worth_it``,
                    ``no_gain``, ``error``; null when it compressed or is off
+compress_fine      what the fine pass (``token_level``) did when asked: ``applied``,
+                   ``unneeded``, ``no_room`` (too little prose), ``error`` (scoring failed:
+                   coarse alone), ``no_engine`` (no local engine ready), ``not_worth_it``
+                   (the gate allowed coarse alone), ``degraded``; null when not asked
 rate_limit         which limiter decided the request's rate limits: ``redis`` (shared by
                    replicas), ``local`` (no Redis configured), ``fallback`` (Redis down or
                    slow: this process decided alone); null when no limit applies
@@ -103,6 +107,7 @@ FIELDS = (
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
+    "compress_fine",
 )
 
 
@@ -165,6 +170,7 @@ class RequestRecord:
     tokens_after: int | None = None
     compress_ms: float | None = None
     compress_skip: str | None = None
+    compress_fine: str | None = None
     rate_limit: str | None = None
     rate_limited: str | None = None
     shed: str | None = None

@@ -1,14 +1,17 @@
 """The engine's async face: every piece of torch work runs on one dedicated thread.
 
 Callers on any event loop ``await``/``async for`` results; the worker thread takes new
-requests, aborts and embedding batches between steps, so a cancelled request frees its KV
-blocks before the next step is scheduled, and embeddings of concurrent requests are computed
-as one batch (micro-batching) without waiting on a timer.
+requests, aborts, embedding batches and scoring jobs between steps, so a cancelled request
+frees its KV blocks before the next step is scheduled, and embeddings of concurrent requests
+are computed as one batch (micro-batching) without waiting on a timer. A scoring job
+(:mod:`local_engine.scorer`) runs one chunk of at most ``max_batch_tokens`` tokens between
+two steps, so decodes running beside it wait at most one prefill chunk per step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -18,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from local_engine.engine import Engine, Output
+from local_engine.engine import Engine, Output, PromptTooLong
 from local_engine.metrics import EngineMetrics
+from local_engine.scorer import ScoreBatch
 from local_engine.sequence import SamplingParams, Sequence
 
 __all__ = ["AsyncEngine", "EngineClosed"]
@@ -40,6 +44,14 @@ class _Request:
 
 
 @dataclass(eq=False)
+class _ScoreJob:
+    seqs: list[list[int]]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[np.ndarray]]
+    batch: ScoreBatch | None = None
+
+
+@dataclass(eq=False)
 class _EmbedJob:
     texts: list[str]
     loop: asyncio.AbstractEventLoop
@@ -47,16 +59,20 @@ class _EmbedJob:
 
 
 class AsyncEngine:
-    """``engine`` generates; ``embed_fn(texts) -> [n, dim] float32`` embeds (either may be
-    None). ``max_embed_batch``: texts per embedding forward pass."""
+    """``engine`` generates and scores; ``embed_fn(texts) -> [n, dim] float32`` embeds
+    (either may be None). ``max_embed_batch``: texts per embedding forward pass;
+    ``max_score_tokens``: tokens one scoring call may hold (its scratch KV cache)."""
 
     def __init__(self, engine: Engine | None,
                  embed_fn: Callable[[list[str]], np.ndarray] | None = None,
-                 metrics: EngineMetrics | None = None, max_embed_batch: int = 64):
+                 metrics: EngineMetrics | None = None, max_embed_batch: int = 64,
+                 max_score_tokens: int = 8192):
         self.engine = engine
         self.embed_fn = embed_fn
         self.metrics = metrics
         self.max_embed_batch = max_embed_batch
+        self.max_score_tokens = max_score_tokens
+        self._scores: list[_ScoreJob] = []
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._closed = False
@@ -118,12 +134,34 @@ class AsyncEngine:
         self._submit("embed", job)
         return await job.future
 
+    async def score(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """``log p(t_i | t_<i)`` of every token of each text (``seqs``: token ids), as
+        float32 arrays of the texts' lengths, NaN at index 0
+        (:class:`~local_engine.scorer.ScoreBatch`). Raises ValueError for an empty text,
+        PromptTooLong past ``max_score_tokens`` in all or the model's context length in one
+        text, EngineClosed without a model."""
+        if self.engine is None:
+            raise EngineClosed("this engine serves no generation model")
+        if not seqs or any(not ids for ids in seqs):
+            raise ValueError("every text to score needs at least one token")
+        total, longest = sum(map(len, seqs)), max(map(len, seqs))
+        limit = self.engine.model.cfg.max_position_embeddings
+        if total > self.max_score_tokens or longest > limit:
+            raise PromptTooLong(f"the texts to score have {total} tokens (the longest "
+                                f"{longest}); this engine scores at most "
+                                f"{self.max_score_tokens} a call, {limit} a text")
+        loop = asyncio.get_running_loop()
+        job = _ScoreJob(seqs, loop, loop.create_future())
+        self._submit("score", job)
+        return await job.future
+
     # -- worker thread ---------------------------------------------------------------------
     def _run(self) -> None:
         engine = self.engine
         while not self._closed:
             self._drain()
             embedded = self._embed_pending()
+            scored = self._score_chunk()
             if engine is not None and engine.has_work():
                 try:
                     outputs = engine.step()
@@ -133,10 +171,14 @@ class AsyncEngine:
                 self._deliver(outputs)
                 if self.metrics is not None:
                     self.metrics.observe_step(engine)
-            elif not embedded:
+            elif not embedded and not scored:
                 self._wake.wait()
                 self._wake.clear()
         self._fail_all(EngineClosed("the engine is shut down"))
+        for job in self._scores:
+            with contextlib.suppress(RuntimeError):
+                job.loop.call_soon_threadsafe(_settle, job.future,
+                                              EngineClosed("the engine is shut down"))
 
     def _drain(self) -> None:
         while True:
@@ -153,6 +195,8 @@ class AsyncEngine:
                     self._active.pop(item.seq.seq_id, None)
                     if self.metrics is not None:
                         self.metrics.aborted.inc()
+            elif kind == "score":
+                self._scores.append(item)
             else:
                 self._embeds.append(item)
 
@@ -194,6 +238,33 @@ class AsyncEngine:
                 pass
         self._active.clear()
 
+    def _score_chunk(self) -> bool:
+        """One chunk of the oldest scoring job (its caller still waiting); False when there
+        was none."""
+        while self._scores and self._scores[0].future.done():  # its caller gave up
+            self._scores.pop(0)
+        if not self._scores:
+            return False
+        job = self._scores[0]
+        result: Any
+        try:
+            if job.batch is None:
+                assert self.engine is not None
+                job.batch = ScoreBatch(self.engine.model, job.seqs,
+                                       self.engine.config.max_batch_tokens,
+                                       self.engine.config.block_size)
+            if not job.batch.advance():
+                return True
+            result = job.batch.logprobs
+        except Exception as exc:  # noqa: BLE001 - delivered to the caller
+            result = exc
+        self._scores.pop(0)
+        try:
+            job.loop.call_soon_threadsafe(_settle, job.future, result)
+        except RuntimeError:
+            pass
+        return True
+
     def _embed_pending(self) -> bool:
         if not self._embeds:
             return False
@@ -226,7 +297,7 @@ def _put_all(items: list[tuple[_Request, Output]]) -> None:
         request.results.put_nowait(out)
 
 
-def _settle(future: asyncio.Future[np.ndarray], result: Any) -> None:
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
     if future.done():
         return
     if isinstance(result, BaseException):

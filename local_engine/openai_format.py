@@ -1,13 +1,17 @@
 """OpenAI wire format <-> engine calls: request validation and response/chunk building.
 
 Pure functions, no I/O. Shapes follow the OpenAI API reference for chat completions
-(https://platform.openai.com/docs/api-reference/chat) and embeddings. Bad input raises
+(https://platform.openai.com/docs/api-reference/chat), embeddings and legacy completions
+(https://platform.openai.com/docs/api-reference/completions), which the engine serves for
+scoring only: ``echo: true`` with ``max_tokens: 0`` returns each prompt token's
+log-probability (``logprobs: 0``), as vLLM and OpenAI's older models do. Bad input raises
 :class:`local_engine.errors.InvalidRequest` naming the offending ``param``.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +22,21 @@ from local_engine.errors import InvalidRequest
 from local_engine.sequence import SamplingParams
 
 __all__ = [
+    "MAX_SCORE_PROMPTS",
     "ChatRequest",
+    "ScoreRequest",
     "chat_chunk",
     "chat_completion",
     "embeddings_response",
     "parse_chat",
     "parse_embeddings",
+    "parse_score",
+    "score_response",
     "usage",
 ]
+
+#: Prompts one scoring request may hold.
+MAX_SCORE_PROMPTS = 256
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
@@ -182,3 +193,75 @@ def embeddings_response(model: str, vectors: np.ndarray, fmt: str,
         data.append({"object": "embedding", "index": i, "embedding": value})
     return {"object": "list", "data": data, "model": model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """A legacy completions request the engine serves: ``prompts`` echoed with their
+    tokens' log-probabilities (``logprobs``) or without (False)."""
+
+    model: str
+    prompts: list[str]
+    logprobs: bool
+
+
+def parse_score(body: Any) -> ScoreRequest:
+    """Validate a legacy completions body: ``prompt`` a string or a non-empty array of up
+    to :data:`MAX_SCORE_PROMPTS` non-empty strings, ``echo: true``, ``max_tokens: 0``,
+    ``logprobs`` 0 or absent. Anything that asks for generated text is refused: the engine
+    generates through chat completions only."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("'model' must be a non-empty string", param="model")
+    value = body.get("prompt")
+    prompts = [value] if isinstance(value, str) else value
+    if not isinstance(prompts, list) or not prompts or not all(
+            isinstance(p, str) and p for p in prompts):
+        raise InvalidRequest("'prompt' must be a non-empty string or a non-empty array of "
+                             "them (token arrays are not supported)", param="prompt")
+    if len(prompts) > MAX_SCORE_PROMPTS:
+        raise InvalidRequest(f"'prompt' may hold at most {MAX_SCORE_PROMPTS} strings",
+                             param="prompt")
+    if body.get("echo") is not True or body.get("max_tokens") != 0 \
+            or isinstance(body.get("max_tokens"), bool):
+        raise InvalidRequest("the local engine serves /v1/completions for scoring only "
+                             "('echo': true, 'max_tokens': 0); generate with "
+                             "/v1/chat/completions", param="max_tokens")
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (isinstance(logprobs, bool) or logprobs != 0):
+        raise InvalidRequest("'logprobs' must be 0 (each prompt token's own "
+                             "log-probability; no alternatives are served)", param="logprobs")
+    if body.get("n") not in (None, 1) or body.get("best_of") not in (None, 1):
+        raise InvalidRequest("the local engine supports only n = 1", param="n")
+    if body.get("stream"):
+        raise InvalidRequest("scoring does not stream", param="stream")
+    return ScoreRequest(model, prompts, logprobs is not None)
+
+
+def score_response(id_: str, request: ScoreRequest, created: int,
+                   scored: list[tuple[list[int], np.ndarray]]) -> dict[str, Any]:
+    """The completion object: per prompt, ``text`` (the prompt echoed) and ``logprobs``
+    {``tokens`` (each token's text), ``token_logprobs`` (natural log, null for the first
+    token, which has no prefix), ``top_logprobs`` (null), ``text_offset`` (the character
+    in the prompt where each token starts, non-decreasing; a token inside a character
+    another token began shares its offset)}. ``scored``: per prompt, the tokens' start
+    offsets and their log-probabilities."""
+    choices = []
+    tokens = 0
+    for index, (prompt, (offsets, logprobs)) in enumerate(zip(request.prompts, scored,
+                                                              strict=True)):
+        tokens += len(offsets)
+        ends = [*offsets[1:], len(prompt)]
+        info = None
+        if request.logprobs:
+            values = [None if math.isnan(v) else round(v, 4) for v in logprobs.tolist()]
+            info = {"tokens": [prompt[a:b] for a, b in zip(offsets, ends)],
+                    "token_logprobs": values, "top_logprobs": None,
+                    "text_offset": list(offsets)}
+        choices.append({"index": index, "text": prompt, "logprobs": info,
+                        "finish_reason": "length"})
+    return {"id": id_, "object": "text_completion", "created": created,
+            "model": request.model, "choices": choices,
+            "usage": {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens}}

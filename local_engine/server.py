@@ -4,8 +4,10 @@
 
 Endpoints: POST /v1/chat/completions (stream and non-stream; ``usage`` reports prompt tokens
 served from the prefix cache as ``prompt_tokens_details.cached_tokens``), POST
-/v1/embeddings, GET /v1/models, /metrics, /healthz. A client that disconnects aborts its
-request: its KV blocks are free at the next step.
+/v1/embeddings, POST /v1/completions (scoring only: ``echo: true``, ``max_tokens: 0``,
+``logprobs: 0`` returns each prompt token's log-probability; see
+:mod:`local_engine.scorer`), GET /v1/models, /metrics, /healthz. A client that disconnects
+aborts its request: its KV blocks are free at the next step.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ from local_engine.openai_format import (
     embeddings_response,
     parse_chat,
     parse_embeddings,
+    parse_score,
+    score_response,
     usage,
 )
+from local_engine.scorer import encode_text
 from local_engine.speculative import SpecConfig
 
 __all__ = ["EngineServer", "build_app", "main"]
@@ -63,6 +68,10 @@ class EngineServer:
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding
             ids = ids["input_ids"]
         return list(ids)
+
+    def encode_text(self, text: str) -> tuple[list[int], list[int]]:
+        """See :func:`local_engine.scorer.encode_text`."""
+        return encode_text(self.tokenizer, text)
 
 
 def _error(exc: EngineError) -> Response:
@@ -124,6 +133,26 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         return Response(orjson.dumps(embeddings_response(model, vectors, fmt, tokens)),
                         media_type="application/json")
 
+    async def completions(request: Request) -> Response:
+        """Legacy completions, for scoring: the prompts' token log-probabilities."""
+        try:
+            score = parse_score(await _json(request))
+            encoded = [server.encode_text(p) for p in score.prompts]
+            if any(not ids for ids, _ in encoded):
+                raise InvalidRequest("a prompt has no tokens", param="prompt")
+            scored = await run_until_disconnect(
+                request.receive, server.engine.score([ids for ids, _ in encoded]))
+        except ClientDisconnected:
+            return Response(status_code=499)
+        except PromptTooLong as exc:
+            return _error(InvalidRequest(str(exc), param="prompt",
+                                         code="context_length_exceeded"))
+        except EngineError as exc:
+            return _error(exc)
+        body = score_response("cmpl-" + uuid.uuid4().hex, score, int(time.time()),
+                              [(offsets, lp) for (_, offsets), lp in zip(encoded, scored)])
+        return Response(orjson.dumps(body), media_type="application/json")
+
     async def models(request: Request) -> Response:
         names = [server.model_name] + ([server.embedding_model] if server.embedding_model
                                        else [])
@@ -147,6 +176,7 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),

@@ -24,7 +24,7 @@ class CompressionState:
     def __init__(self, embed: Embed | None = None) -> None:
         self.embed = embed
         self._prefill: dict[str, PrefillRate] = {}
-        self._compressor: CompressorRate | None = None
+        self._compressor: dict[bool, CompressorRate] = {}
         self._counters: dict[str, CountTokens] = {}
         self._warmed = False
 
@@ -42,11 +42,13 @@ class CompressionState:
             rate = self._prefill[model] = PrefillRate()
         return rate
 
-    def compressor(self, prior_ms_per_1k: float) -> CompressorRate:
-        """The compressor's measured speed, starting from the policy's prior."""
-        if self._compressor is None:
-            self._compressor = CompressorRate(prior_ms_per_1k)
-        return self._compressor
+    def compressor(self, prior_ms_per_1k: float, fine: bool = False) -> CompressorRate:
+        """The compressor's measured speed, starting from the policy's prior; ``fine``: with
+        the fine pass's scoring call (a rate of its own)."""
+        rate = self._compressor.get(fine)
+        if rate is None:
+            rate = self._compressor[fine] = CompressorRate(prior_ms_per_1k)
+        return rate
 
     def counter(self, upstream: str, api: str, engine_model: str | None) -> CountTokens:
         """Tokens as the upstream counts them: a local engine's own tokenizer (once its

@@ -149,17 +149,21 @@ def units_of(layout: Layout) -> list[Unit]:
 
 
 def render(layout: Layout, kept: Sequence[int],
-           arrange: Callable[[list[int]], list[int]] | None = None) -> str:
+           arrange: Callable[[list[int]], list[int]] | None = None,
+           where: list[tuple[Unit, int]] | None = None) -> str:
     """The text keeping the units ``kept`` names (indices into :func:`units_of`, most
     relevant first): in each reorderable run in the order ``arrange`` gives that run's kept
     units (ranked), elsewhere and without ``arrange`` in context order; fixed text as it
-    was."""
+    was. ``where``, when given, receives each kept unit and the character of the text
+    returned where it starts."""
     rank = {index: position for position, index in enumerate(kept)}
     out: list[str] = []
+    size = 0  # characters written so far, for ``where``
     base = 0
     for part in layout:
         if isinstance(part, str):
             out.append(part)
+            size += len(part)
             continue
         mine = [i for i in range(base, base + len(part.units)) if i in rank]
         if part.reorderable and arrange is not None:
@@ -167,11 +171,14 @@ def render(layout: Layout, kept: Sequence[int],
         last = base + len(part.units) - 1
         for j, i in enumerate(mine):
             unit = part.units[i - base]
+            if where is not None:
+                where.append((unit, size))
             out.append(unit.text)
             if j + 1 == len(mine):
                 out.append(part.units[-1].gap)
             else:
                 out.append(part.sep if i == last else unit.gap)
+            size += len(unit.text) + len(out[-1])
         base += len(part.units)
     return "".join(out)
 

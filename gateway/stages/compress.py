@@ -10,6 +10,15 @@ of the current turn; never the question or instruction, never content at or befo
 BM25, the best kept within ``tokens / target_ratio`` tokens (counted in the target
 upstream's tokenizer), the most relevant at both ends.
 
+With ``token_level`` the fine pass (:mod:`gateway.compression.fine`) thins the kept prose
+units word by word to the same budget, scored by a local engine (the route's first target
+when it is one, else the first ``type = "local"`` upstream; :mod:`gateway.compression.scoring`).
+Without a ready engine it is not applied (``compress_fine: "no_engine"``) and the coarse pass
+runs alone; a failed scoring call falls back to the coarse result (``"error"``); the
+degraded-mode action never runs it (``"degraded"``: the engine is busy enough). The gate
+weighs it at its own learned rate (prior ``token_level_ms_per_1k_tokens``) and, when that
+does not pay but the coarse pass alone does, compresses coarse alone (``"not_worth_it"``).
+
 When (:mod:`gateway.compression.gate`): the compressible context has at least
 ``min_tokens`` and, under ``gate = "net_positive"``, the predicted prefill time saved beats
 the compressor's own predicted time. The target model's prefill rate is the policy's
@@ -35,9 +44,11 @@ import orjson
 import structlog
 
 from gateway.compression import compress
-from gateway.compression.gate import decide
+from gateway.compression.fine import Score
+from gateway.compression.gate import CompressorRate, decide
 from gateway.compression.messages import plan
 from gateway.compression.policy import CompressionPolicy
+from gateway.compression.scoring import engine_scorer
 from gateway.compression.state import CompressionState
 from gateway.compression.tokens import CountTokens, estimate
 from gateway.context import Outcome, Reply, RequestContext
@@ -118,7 +129,7 @@ class CompressStage:
                 return False
             tried = ctx.raw
             ctx.body, ctx.raw = body, raw
-            await self._compress(ctx, policy, policy.degraded_ratio, True)
+            await self._compress(ctx, policy, policy.degraded_ratio, True, degraded=True)
             if len(ctx.raw) >= len(tried):
                 return False
             ctx.response_headers.append((b"x-gateway-degraded", label.encode()))
@@ -141,11 +152,11 @@ class CompressStage:
         return reply
 
     async def _compress(self, ctx: RequestContext, policy: CompressionPolicy, ratio: float,
-                        forced: bool) -> None:
+                        forced: bool, degraded: bool = False) -> None:
         """Compress ``ctx``'s body in place (a new body and raw bytes) when it pays; the
         record says what happened."""
         rec = ctx.record
-        rec.compress_skip = rec.compression = None
+        rec.compress_skip = rec.compression = rec.compress_fine = None
         if not forced and len(ctx.raw) < policy.min_tokens * 4:  # bytes: cannot be long
             rec.compress_skip = "short"
             return
@@ -158,13 +169,22 @@ class CompressStage:
         if not forced and size < policy.min_tokens:
             rec.compress_skip = "short"
             return
-        compressor = self.state.compressor(policy.compressor_ms_per_1k_tokens)
+        score = None
+        if policy.token_level:
+            score, rec.compress_fine = (None, "degraded") if degraded else self._scorer(ctx)
+        compressor = self._rate(policy, score is not None)
         if not forced and policy.gate == "net_positive":
             rate = policy.prefill_ms_per_token.get(ctx.target)
             if rate is None:
                 rate = self.state.prefill(ctx.target).ms_per_token
             decision = decide(size, ratio, rate, compressor.ms_per_1k,
                               margin_ms=policy.margin_ms, cost_weight=policy.cost_weight)
+            if not decision.compress and score is not None:  # does coarse alone pay?
+                compressor = self._rate(policy, False)
+                decision = decide(size, ratio, rate, compressor.ms_per_1k,
+                                  margin_ms=policy.margin_ms, cost_weight=policy.cost_weight)
+                score = None
+                rec.compress_fine = "not_worth_it" if decision.compress else None
             if not decision.compress:
                 rec.compress_skip = decision.skip
                 return
@@ -172,20 +192,27 @@ class CompressStage:
         body: dict[str, Any] = orjson.loads(orjson.dumps(ctx.body))  # a copy to write into
         found = plan(ctx.api.name, body, policy.system)
         before = after = 0
+        fine: list[str] = []
         try:
             for segment in found.segments:
                 result = await compress(segment.text, found.question, ratio, self.state.embed,
-                                        count, policy.reorder, pinned=segment.pinned)
+                                        count, policy.reorder, pinned=segment.pinned,
+                                        score=score)
                 before += result.tokens_before
                 after += result.tokens_after
                 segment.write(result.text)
+                fine += [result.fine] if result.fine else []
         except Exception as exc:  # noqa: BLE001 - a compressor bug must not fail the request
             log.warning("compression_failed", request_id=rec.request_id,
                         error=type(exc).__name__)
             rec.compress_skip = "error"
             return
         ms = (time.perf_counter() - t0) * 1000
-        compressor.observe(size, ms)
+        if fine:  # "applied" wins over the segments' other outcomes
+            rec.compress_fine = "applied" if "applied" in fine else fine[0]
+        scored = any(f in ("applied", "error") for f in fine)
+        # a run that never called the scorer teaches the coarse rate, not the fine one
+        (compressor if scored else self._rate(policy, False)).observe(size, ms)
         rec.tokens_before, rec.tokens_after = before, after
         rec.compress_ms = round(ms, 3)
         if after >= before:
@@ -197,6 +224,23 @@ class CompressStage:
         ctx.response_headers[:] = [h for h in ctx.response_headers
                                    if h[0] != b"x-gateway-compression"]
         ctx.response_headers.append((b"x-gateway-compression", f"{rec.compression:.2f}".encode()))
+
+    def _rate(self, policy: CompressionPolicy, fine: bool) -> CompressorRate:
+        prior = (policy.token_level_ms_per_1k_tokens if fine
+                 else policy.compressor_ms_per_1k_tokens)
+        return self.state.compressor(prior, fine)
+
+    def _scorer(self, ctx: RequestContext) -> tuple[Score | None, str | None]:
+        """The fine pass's scoring call on a ready local engine: the route's first target
+        when it is one, else the first configured; (None, "no_engine") without one."""
+        route = self.models.routes.get(ctx.target)
+        first = [route.targets[0].upstream] if route is not None and route.targets else []
+        for name in [*first, *self.upstreams]:
+            upstream = self.upstreams.get(name)
+            engine = getattr(upstream, "engine", None)
+            if upstream is not None and engine is not None and upstream.ready:
+                return engine_scorer(upstream, engine.model), None
+        return None, "no_engine"
 
     def _counter(self, model: str) -> CountTokens:
         route = self.models.routes.get(model)

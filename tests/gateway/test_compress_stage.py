@@ -7,7 +7,9 @@ degraded mode as a client sees them."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -19,6 +21,7 @@ import pytest
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.server import ServerThread
 from tests.conftest import DEFAULT_POLICY, GatewayServer
+from tests.gateway.compression.test_scoring import ScoringUpstream
 
 KEY_ENV = "GATEWAY_TEST_COMPRESS_KEY"
 ALWAYS = DEFAULT_POLICY + "\n[compression]\nenabled = true\ngate = \"always\"\nmin_tokens = 200\n"
@@ -301,3 +304,82 @@ def test_an_answer_to_a_compressed_request_is_not_cached_as_the_whole_ones(make,
     gw.run(gw.gateway.cache.drain())
     third = ask(gw, extra_headers={"x-gateway-compress": "off"})
     assert third.headers["x-cache"] == "hit"  # the whole context's answer was
+
+
+# -- token_level: the fine pass ----------------------------------------------------------------
+
+FINE = ALWAYS + "token_level = true\n"
+
+
+def with_engine(gw: GatewayServer, **kw: Any) -> ScoringUpstream:
+    """A fake local engine among the gateway's upstreams, scoring as the real one does."""
+    engine = ScoringUpstream(**kw)
+    engine.engine = SimpleNamespace(model="smollm2")  # what marks a local engine
+    gw.gateway.upstreams["engine"] = engine
+    return engine
+
+
+def scored_texts(engine: ScoringUpstream) -> list[str]:
+    return [t for body in engine.bodies for t in body["prompt"]]
+
+
+def test_token_level_without_a_local_engine_compresses_coarse_alone(make, fake):
+    gw = make(FINE)
+    ask(gw)
+    assert_compressed_retrieval_prompt(fake.records[-1].json["messages"][0]["content"])
+    [record] = gw.logged(1)
+    assert record["compress_fine"] == "no_engine" and record["compression"] >= 3.0
+
+
+def test_token_level_thins_kept_documents_and_leaves_the_request_byte_for_byte(make, fake):
+    gw = make(FINE)
+    engine = with_engine(gw)
+    raw = ask(gw)
+    sent = fake.records[-1].json["messages"][0]["content"]
+    assert sent.startswith(INSTRUCTION + "\n\n") and sent.endswith("\n\n" + QUESTION)
+    [record] = gw.logged(1)
+    assert record["compress_fine"] == "applied" and record["compression"] >= 3.9
+    assert float(raw.headers["x-gateway-compression"]) >= 3.9
+    # numbers and ids of the kept documents arrive byte for byte
+    kept = [d for d in DOCS if d.split("(")[0] + "(" in sent]
+    assert len(kept) > 5  # more documents than coarse alone keeps (at most 5 of 20)...
+    assert [d for d in kept if d not in sent]  # ... some of them thinned
+    for doc in kept:
+        for span in re.findall(r"A\d+|18\d\d|\d,\d{3}|ZX-\d+", doc):
+            assert span in sent
+    assert all(INSTRUCTION not in t and "Question:" not in t for t in scored_texts(engine))
+
+
+def test_a_failed_scoring_call_falls_back_to_the_coarse_result(make, fake):
+    gw = make(FINE)
+    with_engine(gw, status=503)
+    ask(gw)
+    assert_compressed_retrieval_prompt(fake.records[-1].json["messages"][0]["content"])
+    [record] = gw.logged(1)
+    assert record["compress_fine"] == "error" and record["compression"] >= 3.0
+
+
+def test_the_gate_keeps_coarse_alone_when_only_it_pays(make, fake):
+    slow = GATED + ('token_level = true\ntoken_level_ms_per_1k_tokens = 100000.0\n'
+                    '[compression.prefill_ms_per_token]\n"fake-model" = 1.0\n')
+    gw = make(slow)
+    engine = with_engine(gw)
+    ask(gw)
+    assert_compressed_retrieval_prompt(fake.records[-1].json["messages"][0]["content"])
+    assert gw.logged(1)[0]["compress_fine"] == "not_worth_it" and not engine.bodies
+
+
+def test_anthropic_sdk_content_marked_for_caching_is_never_scored_nor_thinned(make, claude):
+    gw = make(FINE)
+    engine = with_engine(gw)
+    cached = "Reference notes, cached:\n\n" + "\n\n".join(
+        f"Archive note {i}: the records of the town were kept in the old hall." for i in range(40))
+    with aclient(gw) as c:
+        c.messages.create(model="claude", max_tokens=16, messages=[{"role": "user", "content": [
+            {"type": "text", "text": cached, "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": PROMPT}]}])
+    first, second = claude.records[-1].json["messages"][0]["content"]
+    assert first == {"type": "text", "text": cached, "cache_control": {"type": "ephemeral"}}
+    assert second["text"].endswith("\n\n" + QUESTION)
+    assert gw.logged(1)[0]["compress_fine"] == "applied"
+    assert scored_texts(engine) and not any("Archive" in t for t in scored_texts(engine))

@@ -4,10 +4,12 @@ stops it. The engine runs a tiny random Llama with SmolLM2's tokenizer (quick to
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import anthropic
 import httpx
+import numpy as np
 import openai
 import pytest
 import torch
@@ -19,6 +21,8 @@ from gateway.errors import ConfigError
 from gateway.testing.server import ServerThread
 from gateway.upstreams.local import LocalUpstream
 from local_engine.loader import resolve
+from tests.conftest import LogSink
+from tests.gateway.test_compress_stage import PROMPT
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +171,34 @@ def test_an_engine_that_cannot_start_fails_requests_with_its_exit_status(
         assert isinstance(body, dict) and body["code"] == "upstream_unreachable"
         assert "exited with status" in body["message"]
         client.close()
+
+
+async def _no_embedding(texts: list[str]) -> np.ndarray:
+    return np.ones((len(texts), 4), np.float32) / 2  # every unit alike: BM25 decides
+
+
+def test_token_level_compression_is_scored_by_the_engine(tmp_path: Path,
+                                                         tiny_model_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_model_dir)
+    config.write_text(config.read_text().replace("max_model_len = 512", "max_model_len = 1024"))
+    (tmp_path / "policy.toml").write_text('version = "t"\n[compression]\nenabled = true\n'
+                                          'gate = "always"\nmin_tokens = 200\n'
+                                          'token_level = true\n')
+    sink = LogSink()
+    app = create_app(load_config(config), request_sink=sink, embed=_no_embedding)
+    upstream = app.gateway.upstreams["engine"]
+    with ServerThread(app) as srv:
+        deadline = time.monotonic() + 120
+        while not upstream.ready:  # a request while it loads is compressed coarse alone
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=2)
+        assert raw.parse().choices[0].finish_reason in ("length", "stop")
+        client.close()
+    [record] = sink.wait(1)
+    assert record["compress_fine"] == "applied" and record["compress_skip"] is None
+    assert record["compression"] >= 3.9 and float(raw.headers["x-gateway-compression"]) >= 3.9
+    # the engine's own count of what it read: the compressed prompt and the chat template
+    assert record["prompt_tokens"] <= record["tokens_after"] + 40

@@ -29,6 +29,17 @@ class CharTokenizer:
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
         return [2 + ord(c) % 94 for c in text]
 
+    def __call__(self, text: str, add_special_tokens: bool,
+                 return_offsets_mapping: bool) -> dict[str, list]:
+        """One token per character, except that "é" is two (as a byte-level BPE may split
+        a character): both start where it does."""
+        ids, offsets = [], []
+        for i, c in enumerate(text):
+            for _ in range(2 if c == "é" else 1):
+                ids.append(2 + ord(c) % 94)
+                offsets.append((i, i + 1))
+        return {"input_ids": ids, "offset_mapping": offsets}
+
 
 class FakeEmbedder:
     """Deterministic unit vectors; records the size of every batch it is given."""
@@ -222,3 +233,35 @@ def _wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         tick.wait(0.005)
     return predicate()
+
+
+def test_completions_score_prompt_tokens(served: Served) -> None:
+    r = served.client.completions.create(model="tiny", prompt=["héllo", "ab"], echo=True,
+                                         max_tokens=0, logprobs=0)
+    assert [c.text for c in r.choices] == ["héllo", "ab"]
+    first = r.choices[0].logprobs
+    assert first is not None and first.token_logprobs is not None
+    assert first.text_offset == [0, 1, 1, 2, 3, 4]
+    assert first.tokens == ["h", "", "é", "l", "l", "o"]
+    assert first.token_logprobs[0] is None
+    assert all(v is not None and v < 0 for v in first.token_logprobs[1:])
+    assert r.usage is not None and r.usage.prompt_tokens == 8
+    assert r.usage.completion_tokens == 0
+    # the same text alone scores the same: texts in one call do not see each other
+    alone = served.client.completions.create(model="tiny", prompt="ab", echo=True,
+                                             max_tokens=0, logprobs=0)
+    assert alone.choices[0].logprobs == r.choices[1].logprobs
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    ({"prompt": "hi", "max_tokens": 5}, "max_tokens"),
+    ({"prompt": "hi", "echo": True, "max_tokens": 0, "logprobs": 3}, "logprobs"),
+    ({"prompt": [], "echo": True, "max_tokens": 0}, "prompt"),
+    ({"prompt": "x" * 600, "echo": True, "max_tokens": 0, "logprobs": 0}, "prompt"),
+])
+def test_completions_refuse_generation_and_bad_input(served: Served, kwargs: dict,
+                                                     param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        served.client.completions.create(model="tiny", **kwargs)
+    assert err.value.status_code == 400
+    assert isinstance(err.value.body, dict) and err.value.body.get("param") == param
