@@ -161,14 +161,20 @@ def chat_chunk(id_: str, model: str, created: int, delta: dict[str, Any] | None,
     return json_event(obj)
 
 
-def parse_embeddings(body: Any) -> tuple[str, list[str], str]:
-    """(model, texts, encoding_format) of an embeddings request; token-array inputs are
-    not supported (the tokenizer is the model's own)."""
+def _model_of(body: Any) -> str:
+    """``model`` of a request body, which must be a JSON object."""
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("'model' must be a non-empty string", param="model")
+    return model
+
+
+def parse_embeddings(body: Any) -> tuple[str, list[str], str]:
+    """(model, texts, encoding_format) of an embeddings request; token-array inputs are
+    not supported (the tokenizer is the model's own)."""
+    model = _model_of(body)
     value = body.get("input")
     texts = [value] if isinstance(value, str) else value
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
@@ -210,11 +216,7 @@ def parse_score(body: Any) -> ScoreRequest:
     to :data:`MAX_SCORE_PROMPTS` non-empty strings, ``echo: true``, ``max_tokens: 0``,
     ``logprobs`` 0 or absent. Anything that asks for generated text is refused: the engine
     generates through chat completions only."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("'model' must be a non-empty string", param="model")
+    model = _model_of(body)
     value = body.get("prompt")
     prompts = [value] if isinstance(value, str) else value
     if not isinstance(prompts, list) or not prompts or not all(
