@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from gateway.admission import EntryLimits, ModelLimiters
 from gateway.auth import Authenticator
 from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
-from gateway.cache.verifier import Verifier
 from gateway.cache.verifiers import Kind, PolicyVerifier
 from gateway.compression.state import CompressionState
 from gateway.config import CacheConfig, Config, Target, UpstreamConfig
@@ -79,8 +78,7 @@ def build_cache(config: CacheConfig, embed: Embed | None,
         backend = RedisBackend(config.redis_url, prefix=config.prefix)
     else:
         backend = MemoryBackend(config.max_entries, config.max_bytes)
-    # ResponseCache's annotation names the MLP class; PolicyVerifier has its interface.
-    return ResponseCache(backend, embed, cast(Verifier, PolicyVerifier(kind)))
+    return ResponseCache(backend, embed, PolicyVerifier(kind))
 
 
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:

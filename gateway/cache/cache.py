@@ -31,7 +31,7 @@ import structlog
 
 from gateway.cache.backend import Backend, Entry
 from gateway.cache.keys import CacheKey, cache_key, ineligible_reason
-from gateway.cache.verifier import Verifier
+from gateway.cache.verifiers import PairVerifier
 from gateway.context import Headers, RequestContext
 from gateway.embedding import Embed
 from gateway.formats.answer import Answer
@@ -124,7 +124,7 @@ def namespace_of(headers: Headers, key_id: str | None) -> str:
 
 
 class ResponseCache:
-    def __init__(self, backend: Backend, embed: Embed | None, verifier: Verifier | None):
+    def __init__(self, backend: Backend, embed: Embed | None, verifier: PairVerifier | None):
         self.backend = backend
         self.embed = embed
         self.verifier = verifier

@@ -28,7 +28,8 @@ class PairVerifier(Protocol):
     """What the cache asks of a verifier: P(same question) in [0, 1] for texts ``a``, ``b``
     with unit embeddings ``u``, ``v`` [dim]."""
 
-    version: str
+    @property
+    def version(self) -> str: ...
 
     def score(self, a: str, b: str, u: np.ndarray, v: np.ndarray) -> float: ...
 
