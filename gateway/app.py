@@ -13,6 +13,7 @@ import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -209,26 +210,17 @@ def _start_embedder() -> Any:
 
 
 def _in_background_thread(work: Callable[[], Any]) -> Any:
-    """``work()`` on a new thread at nice 19 (Linux: threads it starts inherit it; no-op
-    where priorities are not per thread); a worker of the default executor would keep the
-    priority for later jobs."""
-    out: list[Any] = []
-    failed: list[BaseException] = []
+    """``work()`` on a new thread at nice 19; its errors are raised here. A pool of its own,
+    not the default executor, whose worker would keep the priority for later jobs."""
+    with ThreadPoolExecutor(1, "embedder-load", initializer=_lower_priority) as pool:
+        return pool.submit(work).result()
 
-    def run() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), EMBEDDING_NICE)
-        try:
-            out.append(work())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            failed.append(exc)
 
-    thread = threading.Thread(target=run, name="embedder-load", daemon=True)
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return out[0]
+def _lower_priority() -> None:
+    """This thread at nice 19 (Linux: threads it starts inherit it; a no-op where
+    priorities are not per thread)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), EMBEDDING_NICE)
 
 
 async def _flush_logs(gw: Gateway) -> None:
