@@ -64,15 +64,27 @@ def resolve(spec: str = DEFAULT_MODEL) -> Path:
             raise FileNotFoundError(f"no model folder or GGUF file at {spec}")
         gguf, name = path, path.stem
     target = cache_dir() / "models" / name
-    if not (target / "model.safetensors").exists():
+    if not _current(target):
         _convert(gguf, target)
     return target
+
+
+def _current(target: Path) -> bool:
+    """Whether ``target`` holds a checkpoint this version wrote: one with the input
+    embedding (earlier versions stored a tied head only as ``lm_head.weight``)."""
+    from safetensors import safe_open
+
+    path = target / "model.safetensors"
+    if not path.exists():
+        return False
+    with safe_open(str(path), "pt") as f:
+        return "model.embed_tokens.weight" in f.keys()  # noqa: SIM118 (no __contains__)
 
 
 def _convert(gguf: Path, target: Path) -> None:
     """GGUF -> safetensors folder, written to a temporary folder and renamed into place, so
     a concurrent or interrupted first start never sees half a model."""
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,16 +95,30 @@ def _convert(gguf: Path, target: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32,
                                                      **kwargs)
         # save_pretrained refuses models loaded from GGUF; the weights and config are plain.
-        save_model(model, str(tmp / "model.safetensors"))
+        # A tied head is stored once under the input embedding's name, the name
+        # transformers loads and ties from (stored as lm_head.weight, transformers reports
+        # embed_tokens missing and may initialise it at random).
+        state = model.state_dict()
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file({k: v.contiguous() for k, v in state.items()},
+                  str(tmp / "model.safetensors"))
         config = model.config.to_dict()
         config.pop("quantization_config", None)
         config["architectures"] = [type(model).__name__]
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tokenizer.save_pretrained(tmp)
+        if target.exists() and not _current(target):  # an earlier version's layout
+            stale = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-old-"))
+            try:
+                target.rename(stale / target.name)
+            except OSError:  # another process moved it first
+                pass
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first
-            if not (target / "model.safetensors").exists():
+            if not _current(target):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

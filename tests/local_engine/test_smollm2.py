@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from local_engine.engine import Engine, EngineConfig, detokenize
@@ -53,3 +57,25 @@ def test_streamed_text_is_the_whole_decode_for_any_text(smollm2: LoadedModel) ->
               for n in range(1, len(ids) + 1)]
     assert "".join(deltas) == decode(ids) == text
     assert not any("\ufffd" in d for d in deltas)
+
+
+def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder an earlier version wrote (tied head stored only as lm_head.weight, which
+    transformers reports as a missing embedding and may initialise at random) is converted
+    again; the new checkpoint loads in transformers with nothing missing."""
+    monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
+    old = tmp_path / "models" / "smollm2-135m-instruct"
+    old.mkdir(parents=True)
+    save_file({"lm_head.weight": torch.zeros(2, 2)}, str(old / "model.safetensors"))
+    folder = resolve()
+    assert folder == old
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    hf, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                    output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert torch.equal(hf.lm_head.weight, hf.model.embed_tokens.weight)
+    assert float(hf.model.embed_tokens.weight.detach().abs().mean()) > 0.05  # not fresh init
+    assert list(tmp_path.joinpath("models").iterdir()) == [old]  # no leftovers
