@@ -13,6 +13,7 @@ Targets (issue 16): no client timeouts; shed answers labelled, their p99 at most
 admitted answers' p99 at most 4x the unloaded p50.
 
     python bench/flood.py [--clients 96] [--seconds 20] [--config gateway.example.toml]
+                          [--keep-log PATH]
 
 Prints a JSON document, then one summary line starting ``flood:``.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,6 +114,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.gather(*(client() for _ in range(args.clients)))
         finally:
             stop([proc])
+            if args.keep_log:
+                shutil.copy(Path(tmp) / "gateway.log", args.keep_log)
             server_shed = []
             for line in (Path(tmp) / "gateway.log").read_bytes().splitlines():
                 try:
@@ -160,6 +164,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warm", type=int, default=10)
     parser.add_argument("--timeout-s", type=float, default=30.0)
+    parser.add_argument("--keep-log", metavar="PATH", help="copy the gateway's log here")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())

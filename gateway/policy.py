@@ -83,6 +83,8 @@ class DegradedPolicy:
     reroute_model: str | None = None
     #: Smallest Retry-After sent with a shed response (s).
     min_retry_after_s: int = bounded(1, ge=0)
+    #: ``cache``: wait at most this long (ms) for a semantic lookup still under way.
+    cache_wait_ms: float = bounded(20.0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,7 @@ class CachePolicy:
     #: ``mlp`` (v2, gateway.cache.verifier) or ``cross`` (v3 cross-encoder, not yet shipped).
     verifier: Literal["cross", "mlp"] = "mlp"
     operating_point: OperatingPoint = field(default_factory=OperatingPoint)
-    #: Used by the degraded-mode ``cache`` action: a looser point, when the alternative is
-    #: shedding the request.
+    #: Used by the degraded-mode ``cache`` action: a looser point, else the request is shed.
     relaxed: OperatingPoint = field(default_factory=lambda: OperatingPoint(0.5, 0.8))
     #: Per public model name: its own operating point.
     routes: dict[str, OperatingPoint] = field(default_factory=dict)
@@ -383,12 +384,8 @@ class PolicyStore:
         with contextlib.suppress(asyncio.CancelledError):
             watcher = watchfiles.awatch(
                 *folders,
-                watch_filter=relevant,
-                debounce=50,
-                step=20,
-                yield_on_timeout=True,
-                rust_timeout=200,
-            )
+                watch_filter=relevant, debounce=50, step=20, yield_on_timeout=True,
+                rust_timeout=200)
             async for changes in watcher:
                 # The first (empty) yield comes once the OS watch is in place.
                 if ready is not None and not ready.is_set():

@@ -9,7 +9,9 @@ target can take it (queue full or timed out, breakers open:
 :class:`~gateway.admission.Shed`), the policy's degraded actions run in order:
 
 - ``cache``: serve it from the semantic cache at the policy's relaxed operating point
-  (``cache.relaxed``), if an earlier stage offered that; the answer says
+  (``cache.relaxed``), if an earlier stage offered that, waiting at most
+  ``degraded.cache_wait_ms`` for a lookup still under way (under a flood the embedder is
+  behind, and a shed answer must stay fast); the answer says
   ``x-gateway-degraded: cache:<reason>``;
 - ``compress``: cut its context harder (``compression.degraded_ratio``), if an earlier stage
   offered that, and try again; the answer says ``x-gateway-degraded: compressed:<reason>``;
@@ -25,6 +27,8 @@ shed request goes back to it first. Slots and counts are held until the reply's 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from gateway.admission import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
@@ -40,6 +44,14 @@ __all__ = ["AFTER", "AdmissionStage", "build", "ticket"]
 
 #: Admission needs the model to serve, which the route stage chooses.
 AFTER = ("route",)
+
+
+async def _within(answer: Awaitable[Reply | None], wait_ms: float) -> Reply | None:
+    """``answer``'s reply, or None when it is not known within ``wait_ms``."""
+    try:
+        return await asyncio.wait_for(answer, wait_ms / 1000)
+    except TimeoutError:
+        return None
 
 
 def build(gateway: Gateway, policy: Policy) -> AdmissionStage:
@@ -113,7 +125,7 @@ class AdmissionStage:
                 break
             if action == "cache" and ctx.degraded_answer is not None:
                 label = f"cache:{shed.reason}"
-                reply = await ctx.degraded_answer(label)
+                reply = await _within(ctx.degraded_answer(label), policy.cache_wait_ms)
                 if reply is not None:
                     rec.shed = label
                     return reply

@@ -118,7 +118,7 @@ class CacheStage:
         stats.over_budget += 1
         ctx.response_headers.append((b"x-cache", b"miss"))
 
-        async def relaxed(label: str) -> Reply | None:  # shedding: worth the wait
+        async def relaxed(label: str) -> Reply | None:  # admission bounds the wait
             await asyncio.wait((semantic,))
             return self._relaxed(ctx, lookup, policy, label) if lookup.candidates else None
         ctx.degraded_answer = relaxed

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import openai
 import pytest
 
 from gateway.cache.backend import Entry, MemoryBackend
@@ -338,3 +339,41 @@ lookup_budget_ms = 0
     r = answer.result(10)
     assert r.headers["x-route-tier"] == "large" and "x-route-score" in r.headers
     assert len(calls) == 1
+
+
+def test_a_shed_request_waits_for_a_late_lookup_no_longer_than_cache_wait_ms(
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream,
+        held: HeldSearch) -> None:
+    """Under a flood the embedder is behind: the degraded ``cache`` action waits at most
+    ``degraded.cache_wait_ms`` for a lookup still under way, then the request is shed (the
+    lookup here never ends until the test opens it)."""
+    gw = make_gateway("[cache]\nenabled = true\n", embed=bag_of_words, policy=POLICY + """
+[admission]
+max_concurrency = 1
+max_queue = 0
+
+[degraded]
+actions = ["cache", "reject"]
+cache_wait_ms = 30
+""")
+    assert gw.gateway.cache is not None
+    gw.gateway.cache.backend = held
+    try:
+        remember(gw)
+        busy = in_background(lambda: chat(gw, ask("an unrelated question about tides"),
+                                           headers={"x-fake-hold": "busy"}))
+        fake.wait_for(lambda recs: len(recs) == 2)  # the one slot is taken
+        held.shut()
+        with pytest.raises(openai.InternalServerError) as raised:
+            chat(gw, ask(PARAPHRASE))
+        assert held.entered.is_set() and held._shut  # answered with the lookup still held
+        shed = raised.value.response
+        assert shed.status_code == 503
+        assert shed.headers["x-gateway-degraded"] == "queue_full"
+        assert shed.json()["error"]["code"] == "degraded_mode"
+        log = gw.logged(2)[-1]
+        assert (log["status"], log["shed"]) == (503, "queue_full")
+        fake.release("busy")
+        assert busy.result(10).status_code == 200
+    finally:
+        held.close()
