@@ -72,6 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
         lifespan="on",
         # Past the drain deadline every request has ended; this only bounds the rest.
         timeout_graceful_shutdown=math.ceil(drain_s) + 1,
+        timeout_keep_alive=config.server.keep_alive_s,
     )).run()
     return 0
 

@@ -46,6 +46,10 @@ class ServerConfig:
     #: SIGTERM: how long requests in flight may take to finish (s); then streams end with
     #: an error event and the process exits (see gateway.drain).
     drain_timeout_s: float = bounded(25.0, ge=0.0, le=3600.0)
+    #: An idle client connection is closed after this long (s). Longer than the clients'
+    #: and load balancers' own idle timeouts (httpx 5 s, aiohttp 15 s, AWS ALB 60 s), so
+    #: the gateway never closes a connection a client is reusing at that moment.
+    keep_alive_s: int = bounded(75, ge=1, le=3600)
 
 
 @dataclass(frozen=True)

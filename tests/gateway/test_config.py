@@ -43,7 +43,7 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("extra", "key", "fragment"), [
-    ("[server]\nprot = 1\n", "server.prot", ("allowed keys: drain_timeout_s, host, "
+    ("[server]\nprot = 1\n", "server.prot", ("allowed keys: drain_timeout_s, host, keep_alive_s, "
      "max_body_bytes, policy, policy_reload, port")),
     ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai'"),
     ('[upstreams.bad]\ntype = "openai"\n', "upstreams.bad", "needs base_url"),
