@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from processes import free_port, start_fake, start_gateway, stop, wait_ready
-
-from semantic_quality import quality, summary
+from semantic_quality import quality
+from semantic_quality import summary as quality_summary
 
 from gateway.policy import load_policy
 
@@ -310,7 +310,7 @@ async def main() -> None:
     if not args.skip_latency:
         result["latency"] = await latency(args.requests)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
-    line = (f"summary: {summary(result['quality'])}; "
+    line = (f"summary: {quality_summary(result['quality'])}; "
             f"micro-batching {result['throughput']['ratio']}x")
     lat = result.get("latency", {})
     if lat:

@@ -109,8 +109,9 @@ class RequestCollector(Collector):
         series: tuple[tuple[str, str, list[str], dict[Any, int]], ...] = (
             ("gateway_requests", "Requests by route, served model and status.",
              ["route", "model", "status"], self.requests),
-            ("gateway_tokens", "Tokens by served model and kind (prompt, completion; cached "
-             "and cache_write: read from and written to the provider's prompt cache).",
+            ("gateway_tokens", ("Tokens by served model and kind (prompt, completion; cached "
+                                "and cache_write: read from and written to the provider's "
+                                "prompt cache)."),
              ["model", "kind"], self.tokens),
             ("gateway_retries", "Upstream attempts beyond the first.", ["route"],
              self.retries),

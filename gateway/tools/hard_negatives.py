@@ -65,7 +65,7 @@ _SCOPE = {"all": "some", "some": "all", "before": "after", "after": "before", "m
           "cons": "pros", "buy": "sell", "sell": "buy", "win": "lose", "gain": "lose",
           "lose": "gain", "start": "stop", "stop": "start", "positive": "negative",
           "negative": "positive", "good": "bad", "bad": "good", "higher": "lower",
-          "lower": "higher", "increase": "decrease", "legal": "illegal",
+          "lower": "higher", "legal": "illegal",
           "illegal": "legal", "with": "without", "without": "with", "men": "women",
           "women": "men", "male": "female", "female": "male", "past": "future"}
 # Auxiliaries that take a plain "not"/"n't" (question-initial forms first).

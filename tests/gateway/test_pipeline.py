@@ -153,8 +153,8 @@ def test_admission_limits_apply_only_when_the_pipeline_names_it(
 # --- bad pipeline lists ----------------------------------------------------------------------
 
 BAD = pytest.mark.parametrize(("stages", "message"), [
-    ('["cache", "x"]', "stages[1]: unknown stage 'x'; known stages: admission, cache, "
-                       "compress, prompt_cache, rate_limit, route"),
+    ('["cache", "x"]', ("stages[1]: unknown stage 'x'; known stages: admission, cache, "
+                        "compress, prompt_cache, rate_limit, route")),
     ('["cache", "route", "cache"]', "stages[2]: 'cache' is listed twice"),
     ('["admission", "route"]', "stages[0]: 'admission' must come after 'route'"),
     ('"cache"', "pipeline.stages: expected a list"),

@@ -70,10 +70,10 @@ async def test_close_sends_what_is_held_first_and_the_rest_is_the_transports():
 
 
 def test_responses_arrive_whole_over_a_real_socket_and_keep_alive():
-    async def small(request):  # noqa: ANN001, ANN202
+    async def small(request):
         return JSONResponse({"ok": True})
 
-    async def slow_stream(request):  # noqa: ANN001, ANN202
+    async def slow_stream(request):
         async def body():  # the head is sent before the first chunk exists
             await asyncio.sleep(0.05)
             yield b"data: 1\n\n"
