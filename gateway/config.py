@@ -111,6 +111,10 @@ class EngineOptions:
     #: Memory for the paged KV cache (MiB).
     kv_cache_mb: int = bounded(1024, ge=1)
     max_num_seqs: int = bounded(32, ge=1, le=1024)
+    #: The gateway admits at most the batch whose decode step is at most this many times a
+    #: lone sequence's, measured by the engine at start-up (local_engine.calibrate: 13 of
+    #: 32 on a 2-core CPU, all of them on a GPU); 0: max_num_seqs.
+    max_step_slowdown: float = bounded(1.5, ge=0.0, le=100.0)
     #: Tokens computed per engine step (decodes plus prefill chunks).
     max_batch_tokens: int = bounded(512, ge=16)
     #: Prompt plus output (tokens).

@@ -105,15 +105,25 @@ class Guard:
 
     def __init__(self, policy: Policy, capacity: int | None = None):
         self.capacity = capacity
+        self.admission = policy.admission
         self.limiter = Limiter(policy.admission.for_capacity(capacity))
         self.breaker = Breaker(policy.breaker)
 
     def update(self, policy: Policy) -> None:
-        old, new = self.limiter.policy, policy.admission.for_capacity(self.capacity)
+        self.admission = policy.admission
+        self._limit()
+        self.breaker.policy = policy.breaker
+
+    def set_capacity(self, capacity: int | None) -> None:
+        """The upstream's capacity changed (the local engine reports its own once up)."""
+        self.capacity = capacity
+        self._limit()
+
+    def _limit(self) -> None:
+        old, new = self.limiter.policy, self.admission.for_capacity(self.capacity)
         self.limiter.policy = new
         if (old.limiter, old.max_concurrency) != (new.limiter, new.max_concurrency):
             self.limiter.limit = float(new.max_concurrency)
-        self.breaker.policy = policy.breaker
 
 
 def backoff_ms(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
@@ -133,6 +143,8 @@ class Dispatcher:
     ):
         self.upstreams = upstreams
         self.guards = {name: Guard(policy, u.capacity) for name, u in upstreams.items()}
+        for name, u in upstreams.items():
+            u.on_capacity(self.guards[name].set_capacity)
         self.budget = RetryBudget(policy.retry_budget)
         self._rand = rand
         self._sleep = sleep

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,6 +31,7 @@ from starlette.routing import Route
 from llm_wire.asgi import ClientDisconnected, run_until_disconnect
 from llm_wire.sse import DONE, json_event
 from local_engine.async_engine import AsyncEngine
+from local_engine.calibrate import latency_bounded_batch
 from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
 from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
 from local_engine.metrics import EngineMetrics
@@ -49,6 +51,8 @@ from local_engine.speculative import SpecConfig
 
 __all__ = ["EngineServer", "build_app", "main"]
 
+log = structlog.get_logger("local_engine.server")
+
 
 @dataclass
 class EngineServer:
@@ -61,6 +65,9 @@ class EngineServer:
     embedding_model: str | None
     embed_tokens: Any = None  # texts -> token count, for usage
     default_max_tokens: int = 512
+    #: Sequences worth batching at once on this machine (see local_engine.calibrate);
+    #: /healthz says it, and the gateway admits that many. None: max_num_seqs.
+    capacity: int | None = None
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -166,7 +173,8 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
-        return Response(b'{"status":"ok"}', media_type="application/json")
+        return Response(orjson.dumps({"status": "ok", "capacity": server.capacity}),
+                        media_type="application/json")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -222,8 +230,10 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
 
 
 def load_server(model: str, config: EngineConfig, embeddings: bool = True,
-                default_max_tokens: int = 512) -> tuple[EngineServer, EngineMetrics]:
-    """Load the chat model (and the embedder) and start the engine thread."""
+                default_max_tokens: int = 512, max_step_slowdown: float = 0.0
+                ) -> tuple[EngineServer, EngineMetrics]:
+    """Load the chat model (and the embedder), find the latency-bounded batch when
+    ``max_step_slowdown`` > 0 (local_engine.calibrate), and start the engine thread."""
     from transformers.utils import logging as hf_logging
 
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
@@ -233,12 +243,16 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     loaded = load(model)
     engine = Engine(loaded.model, lambda ids: loaded.tokenizer.decode(
         ids, skip_special_tokens=True), config, loaded.eos_token_ids)
+    calibration = latency_bounded_batch(engine, max_step_slowdown)
+    log.info("engine_capacity", max_num_seqs=config.max_num_seqs, capacity=calibration.batch,
+             decode_step_ms=calibration.step_ms)
     embedder = Embedder.load() if embeddings else None
     metrics = EngineMetrics(engine)
     async_engine = AsyncEngine(engine, embedder, metrics).start()
     server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
                           EMBEDDING_MODEL if embedder else None,
-                          embedder.count_tokens if embedder else None, default_max_tokens)
+                          embedder.count_tokens if embedder else None, default_max_tokens,
+                          calibration.batch)
     return server, metrics
 
 
@@ -253,6 +267,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--default-max-tokens", type=int, default=512)
     parser.add_argument("--no-embeddings", action="store_true")
+    parser.add_argument("--max-step-slowdown", type=float, default=1.5,
+                        help="admit (via the gateway) at most the batch whose decode step is "
+                             "at most this many times a lone sequence's, measured at start-up "
+                             "(local_engine.calibrate); 0: max-num-seqs")
     parser.add_argument("--no-cuda-graphs", action="store_true",
                         help="run decode steps eagerly on CUDA too (graphs are CUDA only)")
     parser.add_argument("--speculative", metavar="JSON", default='{"method": "ngram"}',
@@ -273,7 +291,7 @@ def serve(args: argparse.Namespace) -> int:
                           max_model_len=args.max_model_len, speculative=spec,
                           cuda_graphs=not args.no_cuda_graphs)
     server, metrics = load_server(args.model, config, not args.no_embeddings,
-                                  args.default_max_tokens)
+                                  args.default_max_tokens, args.max_step_slowdown)
     uvicorn.run(build_app(server, metrics), host=args.host, port=args.port,
                 log_level="warning", access_log=False, server_header=False,
                 timeout_graceful_shutdown=5)

@@ -15,7 +15,7 @@ transport's errors at the boundary into :mod:`gateway.errors` types:
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Reply", "Upstream", "UpstreamRequest", "UpstreamResponse"]
@@ -73,8 +73,10 @@ class Upstream(abc.ABC):
     name: str
     #: The wire format it speaks: "openai" (Chat Completions) or "anthropic" (Messages).
     api: str = "openai"
-    #: Requests it serves at once at most, when it knows (the local engine's max_num_seqs);
-    #: admission matches it (gateway.admission.AdmissionPolicy.for_capacity).
+    #: Requests it serves at once at most, when it knows (the local engine: its batch within
+    #: max_step_slowdown, reported once up, else max_num_seqs); admission matches it
+    #: (gateway.admission.AdmissionPolicy.for_capacity), told of changes through
+    #: :meth:`on_capacity`.
     capacity: int | None = None
     #: A started request may be cancelled for a cache hit found later (see
     #: gateway.stages.cache): free on the local engine; a hosted API may bill it (opt-in).
@@ -92,6 +94,9 @@ class Upstream(abc.ABC):
 
     async def start(self) -> None:
         """Called once when the gateway starts (the local engine spawns its process)."""
+
+    def on_capacity(self, changed: Callable[[int | None], None]) -> None:
+        """Call ``changed(capacity)`` whenever ``capacity`` changes (fixed here)."""
 
     @abc.abstractmethod
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:

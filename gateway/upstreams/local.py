@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import aiohttp
 import structlog
@@ -61,6 +62,7 @@ class LocalUpstream(OpenAIUpstream):
         self._ready = asyncio.Event()
         self._start_failed: int | None = None  # exit status of an engine that never came up
         self._supervisor: asyncio.Task[None] | None = None
+        self._capacity_changed: list[Callable[[int | None], None]] = []
 
     @property
     def ready(self) -> bool:
@@ -74,7 +76,8 @@ class LocalUpstream(OpenAIUpstream):
                "--kv-cache-mb", str(e.kv_cache_mb), "--max-num-seqs", str(e.max_num_seqs),
                "--max-batch-tokens", str(e.max_batch_tokens),
                "--max-model-len", str(e.max_model_len),
-               "--default-max-tokens", str(e.default_max_tokens)]
+               "--default-max-tokens", str(e.default_max_tokens),
+               "--max-step-slowdown", str(e.max_step_slowdown)]
         if not e.cuda_graphs:
             cmd.append("--no-cuda-graphs")
         spec = e.speculative
@@ -119,11 +122,27 @@ class LocalUpstream(OpenAIUpstream):
                 with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with session.get(url) as resp:
                         if resp.status == 200:
+                            self._take_capacity(await resp.read())
                             self._start_failed = None
                             self._ready.set()
                             return True
                 await asyncio.sleep(0.1)
         return False
+
+    def on_capacity(self, changed: Callable[[int | None], None]) -> None:
+        self._capacity_changed.append(changed)
+
+    def _take_capacity(self, health: bytes) -> None:
+        """The engine's latency-bounded batch, from its /healthz (local_engine.calibrate):
+        what admission lets in at once, never more than max_num_seqs."""
+        with contextlib.suppress(ValueError):
+            capacity = json.loads(health).get("capacity")
+            if isinstance(capacity, int) and capacity >= 1:
+                self.capacity = min(capacity, self.engine.max_num_seqs)
+                for changed in self._capacity_changed:
+                    changed(self.capacity)
+                log.info("local_engine_capacity", upstream=self.name, capacity=self.capacity,
+                         max_num_seqs=self.engine.max_num_seqs)
 
     async def _await_ready(self) -> None:
         if self._ready.is_set():

@@ -80,6 +80,12 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
             {"role": "user", "content": "hello"}], max_tokens=5, temperature=0)
         assert r.usage is not None and r.usage.completion_tokens <= 5
         assert r.choices[0].finish_reason in ("length", "stop")
+        # Admitted to match the batch the engine measured worth running at once.
+        health = httpx.get(f"http://127.0.0.1:{upstream.port}/healthz").json()
+        assert health["status"] == "ok" and 1 <= health["capacity"] <= 32
+        assert upstream.capacity == health["capacity"]
+        limiter = app.gateway.dispatcher.guards["engine"].limiter
+        assert limiter.limit == health["capacity"] == limiter.policy.max_limit
         stream = client.chat.completions.create(model="tiny", messages=[
             {"role": "user", "content": "hello"}], max_tokens=5, temperature=0, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)

@@ -1,0 +1,90 @@
+"""The engine's latency-bounded batch: how many sequences it can decode at once before each
+step gets too slow, measured on this machine at start-up.
+
+``max_num_seqs`` bounds what the engine *can* batch (seats, KV slots); on a GPU a decode
+step costs about the same at 1 or 128 sequences, so every seat is worth filling. On a CPU a
+step's matmuls grow with the batch: SmolLM2-135M on this 2-core CPU takes 57 ms per decode
+step alone, 98 ms at 16 and 160 ms at 32, and a flood of 96 clients admitted 32 at a time
+finished at 5.5x the unloaded latency (p99; 3.6x at 16, bench/flood.py), since each
+arrival's prefill also lands in the running batch. The gateway admits at most the batch this
+module finds (the local upstream reads it from /healthz): the largest batch whose decode step
+is at most ``max_slowdown`` times a lone sequence's (1.5 by default: 10 to 16 here, where the
+flood then stays within 4x).
+
+The probe runs synthetic sequences (distinct random tokens, so no prefix-cache hit and no
+n-gram draft) through the engine before it serves, a prefill and a few decode steps per
+batch size: about 1.5 s on this CPU, well under 1 s on a GPU. The engine's counters are reset
+afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass
+
+from local_engine.engine import Engine, StepStats
+from local_engine.sequence import SamplingParams
+
+__all__ = ["Calibration", "latency_bounded_batch"]
+
+PROMPT_TOKENS = 16
+DECODE_STEPS = 6
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """``batch``: the latency-bounded batch; ``step_ms``: the decode step (ms) of each batch
+    size measured."""
+
+    batch: int
+    step_ms: dict[int, float]
+
+
+def decode_step_ms(engine: Engine, batch: int, rng: random.Random) -> float:
+    """Wall time (ms) of a decode step with ``batch`` sequences in it: the fastest of a few,
+    since whatever else runs at start-up (the gateway loading its embedder) only adds."""
+    vocab = engine.model.cfg.vocab_size
+    params = SamplingParams(temperature=0, max_tokens=DECODE_STEPS + 2, ignore_eos=True)
+    seqs = [engine.add([rng.randrange(vocab) for _ in range(PROMPT_TOKENS)], params)
+            for _ in range(batch)]
+    times: list[float] = []
+    while engine.has_work():
+        decoding = all(s.num_computed >= len(s.prompt_ids) for s in seqs)
+        t0 = time.perf_counter()
+        engine.step()
+        if decoding:
+            times.append((time.perf_counter() - t0) * 1000)
+    for seq in seqs:
+        engine.abort(seq)
+    # The first decode step at a new batch size may warm up kernels (or capture a CUDA
+    # graph): not counted.
+    return min(times[1:] or times)
+
+
+def latency_bounded_batch(engine: Engine, max_slowdown: float) -> Calibration:
+    """Probe the engine (which must be idle and not yet serving) at 1, half of and all of
+    ``max_num_seqs`` sequences; between those sizes the step time is taken as linear. The
+    batch is the largest whose step is at most ``max_slowdown`` x the lone sequence's (at
+    least 1). ``max_slowdown`` <= 0 skips the probe and gives ``max_num_seqs``."""
+    top = engine.config.max_num_seqs
+    if max_slowdown <= 0 or top == 1:
+        return Calibration(top, {})
+    rng = random.Random(0)
+    decode_step_ms(engine, 1, rng)  # warm-up: the first steps of a fresh engine are slower
+    step_ms = {b: decode_step_ms(engine, b, rng) for b in sorted({1, max(1, top // 2), top})}
+    engine.decodes = engine.decode_tokens = 0
+    engine.blocks.hits = engine.blocks.lookups = 0
+    engine.last = StepStats()
+    limit = max_slowdown * step_ms[1]
+    batch = 1
+    for lo, hi in itertools.pairwise(sorted(step_ms)):
+        if step_ms[hi] <= limit:
+            batch = hi
+            continue
+        rise = (step_ms[hi] - step_ms[lo]) / (hi - lo)  # ms per sequence in this stretch
+        if rise > 0:
+            batch = max(batch, min(hi, lo + int((limit - step_ms[lo]) / rise)))
+        break
+    return Calibration(batch, {b: round(ms, 2) for b, ms in step_ms.items()})
