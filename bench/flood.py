@@ -64,8 +64,10 @@ async def one(session: aiohttp.ClientSession, url: str, prompt: str, timeout_s: 
             await r.read()
             ms = (time.perf_counter() - t0) * 1000
             label = r.headers.get("x-gateway-degraded")
-            try:
-                retry_after = float(r.headers.get("retry-after", 0))
+            try:  # as the openai and anthropic SDKs read it: retry-after-ms first
+                hint_ms = r.headers.get("retry-after-ms")
+                retry_after = (float(hint_ms) / 1000 if hint_ms is not None
+                               else float(r.headers.get("retry-after", 0)))
             except ValueError:
                 retry_after = 0.0
             if r.status == 200:

@@ -14,8 +14,9 @@ On top of the upstreams' limiters: :class:`EntryLimits` (requests in flight per 
 and gateway-wide, checked on arrival) and :class:`ModelLimiters` (a public model's own
 ``model_max_concurrency``). All state lives on the event-loop thread.
 
-An upstream that knows its capacity (the local engine batches at most ``max_num_seqs``
-sequences; more only wait inside it, out of the gateway's reach) is admitted to match it by
+An upstream that knows its capacity (the local engine: the batch it measured worth running at
+once, local_engine.calibrate; more only wait inside it, out of the gateway's reach) is
+admitted to match it by
 default (:meth:`AdmissionPolicy.for_capacity`): an adaptive limit capped at its capacity
 and no queue, so a flood is shed at once, labelled, instead of waiting past client timeouts.
 
@@ -30,6 +31,7 @@ import asyncio
 import dataclasses
 import heapq
 import itertools
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -92,10 +94,13 @@ class Shed(Exception):
 
     def overloaded(self, min_retry_after_s: float = 0.0) -> Overloaded:
         """The 503 a client gets for it: labelled with the reason, ``Retry-After`` at least
-        ``min_retry_after_s``."""
+        ``min_retry_after_s``, and ``retry-after-ms`` drawn from [1, 2) times that: shed
+        clients that all waited the same second would come back as one burst (jitter as in
+        AWS's "Exponential Backoff and Jitter", 2015)."""
+        after_s = max(min_retry_after_s, self.retry_after_s)
         return Overloaded(f"the gateway is overloaded ({self.reason}); retry later",
-                          reason=self.reason,
-                          retry_after_s=max(min_retry_after_s, self.retry_after_s))
+                          reason=self.reason, retry_after_s=after_s,
+                          retry_after_ms=after_s * 1000 * (1 + random.random()))
 
 
 class Slot:

@@ -138,15 +138,21 @@ class NoUpstreamAvailable(GatewayError):
 
 class Overloaded(GatewayError):
     """Shed: the gateway answers at once instead of queueing without bound. ``reason`` goes to
-    the ``x-gateway-degraded`` header and the log line; ``Retry-After`` says when to retry."""
+    the ``x-gateway-degraded`` header and the log line; ``Retry-After`` (whole seconds) says
+    when to retry, and ``retry-after-ms`` (read first by the openai and anthropic SDKs), when
+    given, a jittered time that keeps shed clients from coming back all at once."""
 
     status = 503
     type = "overloaded_error"
     code = "degraded_mode"
 
-    def __init__(self, message: str, *, reason: str, retry_after_s: float):
-        seconds = str(max(0, math.ceil(retry_after_s)))
-        super().__init__(message, headers={"Retry-After": seconds, "x-gateway-degraded": reason})
+    def __init__(self, message: str, *, reason: str, retry_after_s: float,
+                 retry_after_ms: float | None = None):
+        headers = {"Retry-After": str(max(0, math.ceil(retry_after_s))),
+                   "x-gateway-degraded": reason}
+        if retry_after_ms is not None:
+            headers["retry-after-ms"] = str(max(1, round(retry_after_ms)))
+        super().__init__(message, headers=headers)
         self.reason = reason
 
 
