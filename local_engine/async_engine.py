@@ -268,7 +268,12 @@ class AsyncEngine:
     def _embed_pending(self) -> bool:
         if not self._embeds:
             return False
-        jobs, self._embeds = self._embeds, []
+        # A caller that has gone (a shed request's cache lookup, a client that left) is not
+        # embedded for: under overload that work would only take the CPU from the rest.
+        jobs = [job for job in self._embeds if not job.future.cancelled()]
+        self._embeds = []
+        if not jobs:
+            return True
         texts = [t for job in jobs for t in job.texts]
         try:
             assert self.embed_fn is not None

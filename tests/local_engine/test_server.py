@@ -188,6 +188,28 @@ async def test_concurrent_embeddings_are_micro_batched(served: Served) -> None:
     assert served.embedder.batches == [1, 5]
 
 
+async def test_embeddings_nobody_waits_for_any_more_are_not_computed() -> None:
+    """A caller that went away while its texts were queued (a shed request's cache lookup,
+    a client that left) costs no embedding work."""
+    embedder = FakeEmbedder()
+    aengine = AsyncEngine(None, embedder).start()
+    try:
+        embedder.gate.clear()
+        first = asyncio.create_task(aengine.embed(["held"]))
+        assert await asyncio.to_thread(_wait_until, embedder.entered.is_set)
+        gone = [asyncio.create_task(aengine.embed([f"gone {i}"])) for i in range(3)]
+        kept = asyncio.create_task(aengine.embed(["kept"]))
+        assert await asyncio.to_thread(_wait_until, lambda: aengine.inbox_size == 4)
+        for task in gone:
+            task.cancel()
+        await asyncio.gather(*gone, return_exceptions=True)
+        embedder.gate.set()
+        assert (await first).shape == (1, 8) and (await kept).shape == (1, 8)
+        assert embedder.batches == [1, 1]  # "held", then "kept" alone
+    finally:
+        aengine.close()
+
+
 class FailingEngine(Engine):
     """Runs its first step, then fails every later one, as a model error mid-stream would."""
 
