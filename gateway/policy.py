@@ -84,7 +84,7 @@ class DegradedPolicy:
     #: Smallest Retry-After sent with a shed response (s).
     min_retry_after_s: int = bounded(1, ge=0)
     #: ``cache``: wait at most this long (ms) for a semantic lookup still under way.
-    cache_wait_ms: float = bounded(20.0, ge=0)
+    cache_wait_ms: float = bounded(5.0, ge=0)
 
 
 @dataclass(frozen=True)
