@@ -267,7 +267,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--default-max-tokens", type=int, default=512)
     parser.add_argument("--no-embeddings", action="store_true")
-    parser.add_argument("--max-step-slowdown", type=float, default=1.5,
+    parser.add_argument("--max-step-slowdown", type=float, default=1.3,
                         help="admit (via the gateway) at most the batch whose decode step is "
                              "at most this many times a lone sequence's, measured at start-up "
                              "(local_engine.calibrate); 0: max-num-seqs")

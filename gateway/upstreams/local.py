@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -45,8 +47,11 @@ STEADY_S = 60.0  # an engine up this long counts as healthy again: the wait star
 log = structlog.get_logger("gateway.upstreams.local")
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the engine gets SIGTERM if the gateway dies without stopping it."""
+def _prepare_child(nice: int) -> None:  # pragma: no cover - runs in the child before exec
+    """The engine at CPU priority ``nice`` (relative to the gateway) and, on Linux, sent
+    SIGTERM if the gateway dies without stopping it."""
+    with contextlib.suppress(OSError):
+        os.nice(nice)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -95,7 +100,7 @@ class LocalUpstream(OpenAIUpstream):
     async def _spawn(self) -> asyncio.subprocess.Process:
         self._process = await asyncio.create_subprocess_exec(
             *self.command(), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-            preexec_fn=_die_with_parent)
+            preexec_fn=functools.partial(_prepare_child, self.engine.nice))
         return self._process
 
     async def _supervise(self, process: asyncio.subprocess.Process) -> None:
