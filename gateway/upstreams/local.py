@@ -141,7 +141,8 @@ class LocalUpstream(OpenAIUpstream):
         """The engine's latency-bounded batch, from its /healthz (local_engine.calibrate):
         what admission lets in at once, never more than max_num_seqs."""
         with contextlib.suppress(ValueError):
-            capacity = json.loads(health).get("capacity")
+            body = json.loads(health)
+            capacity = body.get("capacity") if isinstance(body, dict) else None
             if isinstance(capacity, int) and capacity >= 1:
                 self.capacity = min(capacity, self.engine.max_num_seqs)
                 for changed in self._capacity_changed:
