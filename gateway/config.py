@@ -222,6 +222,9 @@ class CacheConfig:
     #: "memory": in-process (per replica); "redis": RedisVL on Redis Stack >= 7.2 / Redis 8.
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: Environment variable holding the URL instead (one with a password, from a secret:
+    #: then it never sits in this file); it must be set when the gateway starts.
+    redis_url_env: str | None = None
     #: Key prefix (and index name) in Redis.
     prefix: str = "gwcache:"
     #: memory backend bounds (LRU beyond either).
@@ -229,6 +232,10 @@ class CacheConfig:
     max_bytes: int = bounded(512 * 1024 * 1024, ge=1024)
     #: Load the embedding model for the semantic layer (else exact matches only).
     semantic: bool = True
+
+    def __post_init__(self) -> None:
+        env = self.redis_url_env if self.backend == "redis" else None  # else never used
+        object.__setattr__(self, "redis_url", _redis_url(self.redis_url, env))
 
 
 @dataclass(frozen=True)
@@ -239,14 +246,32 @@ class RateLimitConfig:
     #: A Redis every replica shares, so they hold each key's limits jointly. Unset: the
     #: cache's Redis when ``cache.backend = "redis"``, else each process counts alone.
     redis_url: str | None = None
+    #: As ``cache.redis_url_env``: the URL from this environment variable.
+    redis_url_env: str | None = None
     #: Key prefix in Redis.
     prefix: str = "gwrl:"
 
     def __post_init__(self) -> None:
-        if self.redis_url is not None and not self.redis_url.startswith(
-                ("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis_url must start with redis://, rediss:// or unix://, "
-                             f"got {self.redis_url!r}")
+        if self.redis_url is not None or self.redis_url_env is not None:
+            object.__setattr__(self, "redis_url",
+                               _redis_url(self.redis_url, self.redis_url_env))
+
+
+def _redis_url(url: str | None, env: str | None) -> str:
+    """``url``, or the value of the environment variable ``env`` when one is named; raises
+    ValueError when that is unset or either is not a Redis URL (the value is never quoted:
+    it may hold a password)."""
+    if env is not None:
+        url = os.environ.get(env)
+        if not url:
+            raise ValueError(f"redis_url_env: the environment variable {env} is not set")
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"redis_url_env: {env} must hold a URL starting with redis://, "
+                             "rediss:// or unix://")
+    if url is None or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"redis_url must start with redis://, rediss:// or unix://, "
+                         f"got {url!r}")
+    return url
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,48 @@ def test_check_reports_an_unset_gateway_key_variable(tmp_path, capsys, monkeypat
     assert main(["check", str(path)]) == 2
     assert "auth.keys[a].key_env: environment variable GATEWAY_TEST_KEY_A is not set" in \
         capsys.readouterr().err
+
+
+SECRET_URL = "redis://:s3cret@redis.internal:6379/0"
+
+
+def test_redis_urls_can_come_from_the_environment(tmp_path, monkeypatch):
+    """A URL with a password need not sit in gateway.toml (nor in a ConfigMap)."""
+    monkeypatch.setenv("GW_CACHE_REDIS", SECRET_URL)
+    monkeypatch.setenv("GW_RL_REDIS", "rediss://:other@rl.internal:6380/1")
+    config = load_config(write(tmp_path, BASE + """
+[cache]
+enabled = true
+backend = "redis"
+redis_url_env = "GW_CACHE_REDIS"
+
+[rate_limits]
+redis_url_env = "GW_RL_REDIS"
+"""))
+    assert config.cache.redis_url == SECRET_URL
+    assert config.rate_limits.redis_url == "rediss://:other@rl.internal:6380/1"
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    (None, "the environment variable GW_CACHE_REDIS is not set"),
+    ("http://:s3cret@x/0", "GW_CACHE_REDIS must hold a URL starting with redis://"),
+])
+def test_a_missing_or_bad_redis_url_env_fails_at_start_naming_the_key(
+        tmp_path, monkeypatch, value, fragment):
+    if value is None:
+        monkeypatch.delenv("GW_CACHE_REDIS", raising=False)
+    else:
+        monkeypatch.setenv("GW_CACHE_REDIS", value)
+    path = write(tmp_path, BASE + '[cache]\nbackend = "redis"\n'
+                                  'redis_url_env = "GW_CACHE_REDIS"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    message = str(exc.value)
+    assert ": cache: " in message and fragment in message
+    assert "s3cret" not in message  # the value may hold a password: never quoted
+
+
+def test_redis_url_env_is_not_needed_by_the_memory_backend(tmp_path, monkeypatch):
+    monkeypatch.delenv("GW_CACHE_REDIS", raising=False)
+    config = load_config(write(tmp_path, BASE + '[cache]\nredis_url_env = "GW_CACHE_REDIS"\n'))
+    assert config.cache.backend == "memory"
