@@ -3,6 +3,8 @@
 The gateway does not interpret these (files, batches, moderations, ...): method, query,
 body and headers go through, minus hop-by-hop headers and with the upstream's key; the
 response body streams back as it arrives. A client disconnect closes the upstream request.
+Each request counts against its key's requests per minute, as model requests do
+(:func:`gateway.stages.rate_limit.charge_request`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from gateway.endpoint import request_id_of
 from gateway.errors import GatewayError, NoUpstreamAvailable
 from gateway.http import forward_request_headers, forward_response_headers, read_body, send_error
 from gateway.requestlog import RequestRecord
+from gateway.stages.rate_limit import charge_request
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
 from gateway.upstreams.base import UpstreamRequest
@@ -37,6 +40,11 @@ class Passthrough:
         started = False
         try:
             rec.key_id = gw.auth.check(headers)
+            limited, refusal = await charge_request(gw.rate_limiter, gw.policy, rec.key_id,
+                                                    rec)
+            extra += limited
+            if refusal is not None:
+                raise refusal
             body = await read_body(receive, gw.config.server.max_body_bytes)
             upstream = gw.passthrough_upstream()
             if upstream is None:

@@ -41,9 +41,10 @@ from gateway.ratelimit.policy import Limits, RateLimitPolicy
 
 if TYPE_CHECKING:
     from gateway.policy import Policy
+    from gateway.requestlog import RequestRecord
     from gateway.state import Gateway
 
-__all__ = ["RateLimitStage", "build", "duration", "reservation"]
+__all__ = ["RateLimitStage", "build", "charge_request", "duration", "reservation"]
 
 _KINDS = ("requests", "tokens")
 _NAMES = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)"}
@@ -134,6 +135,37 @@ class _Plan:
                 if kind == "tokens" and used != b.cost]
 
 
+def _key_bucket(key: str | None) -> tuple[str, str]:
+    """A key's bucket name prefix (in braces: a Redis Cluster hash tag, so a key's buckets
+    share a slot) and how a 429 names it."""
+    name = "{" + (key if key is not None else "-") + "}"
+    return name, f"key '{key}'" if key is not None else "requests without a key"
+
+
+async def charge_request(limiter: RateLimiter, policy: Policy, key_id: str | None,
+                         rec: RequestRecord) -> tuple[Headers, RateLimited | None]:
+    """A request outside the model endpoints (the pass-through ``/v1/*`` paths), charged to
+    its key's requests-per-minute bucket, the one the stage charges model requests to (no
+    tokens: the gateway does not read these bodies). Returns the ``x-ratelimit-*`` headers
+    and the 429 to answer with, if any. Nothing when the pipeline has no ``rate_limit``
+    stage or no limit applies."""
+    limits = policy.rate_limits
+    if not limits.active or "rate_limit" not in policy.pipeline.stages:
+        return [], None
+    plan = _Plan()
+    name, scope = _key_bucket(key_id)
+    plan.add(name, scope, Limits(limits.for_key(key_id).requests_per_minute, 0), 0)
+    if not plan.buckets:
+        return [], None
+    verdict = await limiter.check(plan.buckets, limits)
+    rec.rate_limit = verdict.store
+    if verdict.allowed:
+        return plan.headers(verdict), None
+    error = plan.refusal(verdict, 0)
+    rec.rate_limited = error.type
+    return plan.headers(verdict), error
+
+
 class RateLimitStage:
     def __init__(self, policy: RateLimitPolicy, limiter: RateLimiter) -> None:
         self.policy = policy
@@ -142,10 +174,8 @@ class RateLimitStage:
     def plan(self, ctx: RequestContext) -> tuple[_Plan, int]:
         """The request's buckets (none when no limit applies) and its token reservation."""
         limits = self.policy.for_key(ctx.key_id)
-        plan, key = _Plan(), ctx.key_id
-        # The braces: a Redis Cluster hash tag, so a key's buckets share a slot.
-        name = "{" + (key if key is not None else "-") + "}"
-        scope = f"key '{key}'" if key is not None else "requests without a key"
+        plan = _Plan()
+        name, scope = _key_bucket(ctx.key_id)
         tokens = reservation(ctx.body, ctx.raw, self.policy.default_completion_tokens)
         plan.add(name, scope, limits.whole, tokens)
         model = limits.models.get(ctx.model)
