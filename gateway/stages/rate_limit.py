@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gateway.context import Headers, Outcome, Reply, RequestContext
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
     from gateway.requestlog import RequestRecord
     from gateway.state import Gateway
 
-__all__ = ["RateLimitStage", "build", "charge_request", "duration", "reservation"]
+__all__ = ["RateLimitStage", "build", "charge_request", "duration", "reservation",
+           "rfc3339_after"]
 
 _KINDS = ("requests", "tokens")
 _NAMES = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)"}
@@ -70,6 +72,12 @@ def duration(seconds: float) -> str:
     secs = f"{ms // 1000}.{ms % 1000:03d}".rstrip("0").rstrip(".")
     return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") \
         + f"{secs}s"
+
+
+def rfc3339_after(seconds: float) -> str:
+    """UTC time ``seconds`` from now, to the second (rounded up), as ``2026-11-24T20:31:05Z``."""
+    at = datetime.now(UTC) + timedelta(seconds=math.ceil(max(0.0, seconds)))
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def reservation(body: dict[str, Any], raw: bytes, default_completion: int) -> int:
@@ -104,18 +112,27 @@ class _Plan:
                 self.kinds.append(kind)
                 self.scopes.append(scope)
 
-    def headers(self, verdict: Verdict) -> Headers:
-        """The ``x-ratelimit-*`` headers: per kind, the bucket with the least left."""
+    def headers(self, verdict: Verdict, anthropic: bool = False) -> Headers:
+        """The ``x-ratelimit-*`` headers: per kind, the bucket with the least left; for an
+        Anthropic client also ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,
+        reset}``, the reset an RFC 3339 time, as Anthropic sends them
+        (https://docs.anthropic.com/en/api/rate-limits)."""
         out: Headers = []
         for kind in _KINDS:
             found = [i for i, k in enumerate(self.kinds) if k == kind]
             if not found:
                 continue
             i = min(found, key=lambda j: (verdict.remaining[j], -verdict.reset_s[j]))
-            out += [(f"x-ratelimit-limit-{kind}".encode(), b"%d" % self.buckets[i].limit),
-                    (f"x-ratelimit-remaining-{kind}".encode(), b"%d" % verdict.remaining[i]),
+            limit, left = b"%d" % self.buckets[i].limit, b"%d" % verdict.remaining[i]
+            out += [(f"x-ratelimit-limit-{kind}".encode(), limit),
+                    (f"x-ratelimit-remaining-{kind}".encode(), left),
                     (f"x-ratelimit-reset-{kind}".encode(),
                      duration(verdict.reset_s[i]).encode())]
+            if anthropic:
+                out += [(f"anthropic-ratelimit-{kind}-limit".encode(), limit),
+                        (f"anthropic-ratelimit-{kind}-remaining".encode(), left),
+                        (f"anthropic-ratelimit-{kind}-reset".encode(),
+                         rfc3339_after(verdict.reset_s[i]).encode())]
         return out
 
     def refusal(self, verdict: Verdict, tokens: int) -> RateLimited:
@@ -191,7 +208,7 @@ class RateLimitStage:
         verdict = await self.limiter.check(plan.buckets, self.policy)
         rec = ctx.record
         rec.rate_limit = verdict.store
-        ctx.response_headers += plan.headers(verdict)
+        ctx.response_headers += plan.headers(verdict, ctx.api.name == "anthropic")
         if not verdict.allowed:
             error = plan.refusal(verdict, tokens)
             rec.rate_limited = error.type

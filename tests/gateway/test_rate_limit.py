@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,11 @@ def test_anthropic_clients_get_a_rate_limit_error(make_gateway: Callable[..., Ga
         first = client.messages.with_raw_response.create(model="fake-model", max_tokens=16,
                                                          messages=HELLO)
         assert first.headers["x-ratelimit-remaining-requests"] == "0"
+        # And Anthropic's own family, the reset an RFC 3339 time as Anthropic sends it.
+        assert first.headers["anthropic-ratelimit-requests-limit"] == "1"
+        assert first.headers["anthropic-ratelimit-requests-remaining"] == "0"
+        reset = datetime.fromisoformat(first.headers["anthropic-ratelimit-requests-reset"])
+        assert 58 <= (reset - datetime.now(UTC)).total_seconds() <= 61
         with pytest.raises(anthropic.RateLimitError) as caught:
             client.messages.create(model="fake-model", max_tokens=16, messages=HELLO)
     err = caught.value
@@ -143,6 +149,7 @@ def test_anthropic_clients_get_a_rate_limit_error(make_gateway: Callable[..., Ga
     assert "requests per min (RPM): Limit 1" in err.body["error"]["message"]
     assert int(err.response.headers["retry-after"]) in (59, 60)
     assert err.response.headers["x-ratelimit-limit-requests"] == "1"
+    assert err.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
 
 
 def test_no_limit_no_stage(gw: GatewayServer, fake: FakeUpstream) -> None:
