@@ -5,9 +5,9 @@ batches.
 First the unloaded latency: ``--warm`` requests one at a time (their p50 is the yardstick).
 Then ``--clients`` closed-loop clients (96) for ``--seconds`` (20), each sending one request
 after another: a unique prompt, ``max_tokens`` 16, a ``--timeout-s`` (30) client timeout; a
-shed answer's ``Retry-After`` is waited out first, as the openai and anthropic SDKs do. Every
-answer is sorted: admitted (200), shed (503/429, which must say why in
-``x-gateway-degraded``), a client timeout, or another failure.
+shed answer's ``retry-after-ms`` (else ``Retry-After``) is waited out first, as the openai and
+anthropic SDKs do. Every answer is sorted: admitted (200), shed (503/429, which must say why
+in ``x-gateway-degraded``), a client timeout, or another failure.
 
 Targets (issue 16): no client timeouts; shed answers labelled, their p99 at most 50 ms;
 admitted answers' p99 at most 4x the unloaded p50.
