@@ -16,7 +16,7 @@ import torch
 
 from local_engine.sequence import SamplingParams
 
-__all__ = ["categorical", "exponential", "sample", "sampling_tensors", "target_probs",
+__all__ = ["categorical", "draw", "exponential", "sample", "sampling_tensors", "target_probs",
            "uniform"]
 
 
@@ -74,11 +74,16 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
         return greedy
     temperature, top_p = sampling_tensors(params, logits.device)
     probs = target_probs(logits, temperature.clamp_min(1e-5), top_p)
+    return torch.where(temperature > 0, draw(probs, generators), greedy)
+
+
+def draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row of ``probs`` [N, V] (rows need not be normalised), row i from
+    ``generators[i]`` when set: by inverse CDF on a CPU, by the exponential race elsewhere
+    (see the module's docstring). Returns [N] (int64)."""
     if probs.device.type == "cpu":
-        chosen = categorical(probs, generators)
-    else:
-        chosen = (probs / exponential(tuple(probs.shape), generators, probs.device)).argmax(-1)
-    return torch.where(temperature > 0, chosen, greedy)
+        return categorical(probs, generators)
+    return (probs / exponential(tuple(probs.shape), generators, probs.device)).argmax(-1)
 
 
 def categorical(probs: torch.Tensor, generators: list[torch.Generator | None]

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from local_engine.sampling import exponential, sampling_tensors, target_probs, uniform
+from local_engine.sampling import draw, sampling_tensors, target_probs, uniform
 from local_engine.sequence import SamplingParams, Sequence
 
 __all__ = ["DraftState", "NgramProposer", "SpecConfig", "verify"]
@@ -193,9 +193,8 @@ def verify(logits: torch.Tensor, spans: list[tuple[int, int]], drafts: list[list
         residual = probs.clone()
         drop = torch.zeros_like(probs[:, :-1]).scatter_(-1, pad[..., None], 1.0).bool()
         residual[:, :-1].masked_fill_(drop & real[..., None], 0.0)
-        noise = exponential((b * q, residual.shape[-1]),
-                            [g for g in generators for _ in range(q)], dev).view(b, q, -1)
-        chosen = (residual / noise).argmax(-1).gather(1, kept[:, None])[:, 0]
+        # only the row where each sequence stopped is drawn from: one draw per sequence
+        chosen = draw(residual[torch.arange(b, device=dev), kept], generators)
         sampled = temperature > 0
         accepted = torch.where(sampled, kept, accepted)
         final = torch.where(sampled, chosen, final)
