@@ -195,6 +195,12 @@ _NEG = re.compile(r"\b(not |never )|\b(" + "|".join(map(re.escape, _UNNEGATE)) +
                   re.IGNORECASE)
 
 
+def _swap(text: str, m: re.Match[str], new: str, word: str) -> str:
+    """``text`` with ``m``'s span replaced by ``new``, capitalised when ``word`` is."""
+    new = new.capitalize() if word[0].isupper() else new
+    return text[:m.start()] + new + text[m.end():]
+
+
 def change_negation(text: str, rng: random.Random | None = None) -> str | None:
     """Remove a negation when there is one ("Why can't I sleep?" -> "Why can I sleep?"),
     else negate the first auxiliary ("Is it safe?" -> "Isn't it safe?", "Why do birds
@@ -207,8 +213,7 @@ def change_negation(text: str, rng: random.Random | None = None) -> str | None:
         plain = _UNNEGATE.get(word.lower())
         if plain is None:
             return None
-        plain = plain.capitalize() if word[0].isupper() else plain
-        return text[:m.start()] + plain + text[m.end():]
+        return _swap(text, m, plain, word)
     m = _AUX.search(text)
     if not m:
         return None
@@ -218,8 +223,7 @@ def change_negation(text: str, rng: random.Random | None = None) -> str | None:
         return None
     if m.start() == 0 or text[:m.start()].strip().lower() in {"why", "how", "what", "when",
                                                              "where", "who", "which"}:
-        neg = neg.capitalize() if word[0].isupper() else neg
-        return text[:m.start()] + neg + text[m.end():]
+        return _swap(text, m, neg, word)
     return text[:m.end()] + " not" + text[m.end():]
 
 
@@ -256,8 +260,7 @@ def change_scope(text: str, rng: random.Random) -> str | None:
     new = _SCOPE.get(word.lower())
     if new is None:
         return None
-    new = new.capitalize() if word[0].isupper() else new
-    return text[:m.start()] + new + text[m.end():]
+    return _swap(text, m, new, word)
 
 
 def rewrite(text: str, rng: random.Random) -> str | None:
