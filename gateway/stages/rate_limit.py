@@ -174,13 +174,22 @@ async def charge_request(limiter: RateLimiter, policy: Policy, key_id: str | Non
     plan.add(name, scope, Limits(limits.for_key(key_id).requests_per_minute, 0), 0)
     if not plan.buckets:
         return [], None
-    verdict = await limiter.check(plan.buckets, limits)
+    _, headers, refusal = await _charge(limiter, limits, plan, 0, rec)
+    return headers, refusal
+
+
+async def _charge(limiter: RateLimiter, policy: RateLimitPolicy, plan: _Plan, tokens: int,
+                  rec: RequestRecord, anthropic: bool = False
+                  ) -> tuple[Verdict, Headers, RateLimited | None]:
+    """Charge ``plan``'s buckets (all or none), note it in ``rec``; the verdict, the
+    headers that say it, and the 429 when refused."""
+    verdict = await limiter.check(plan.buckets, policy)
     rec.rate_limit = verdict.store
-    if verdict.allowed:
-        return plan.headers(verdict), None
-    error = plan.refusal(verdict, 0)
-    rec.rate_limited = error.type
-    return plan.headers(verdict), error
+    refusal = None
+    if not verdict.allowed:
+        refusal = plan.refusal(verdict, tokens)
+        rec.rate_limited = refusal.type
+    return verdict, plan.headers(verdict, anthropic), refusal
 
 
 class RateLimitStage:
@@ -205,14 +214,11 @@ class RateLimitStage:
         plan, tokens = self.plan(ctx)
         if not plan.buckets:
             return await call_next(ctx)
-        verdict = await self.limiter.check(plan.buckets, self.policy)
-        rec = ctx.record
-        rec.rate_limit = verdict.store
-        ctx.response_headers += plan.headers(verdict, ctx.api.name == "anthropic")
-        if not verdict.allowed:
-            error = plan.refusal(verdict, tokens)
-            rec.rate_limited = error.type
-            raise error
+        verdict, headers, refusal = await _charge(self.limiter, self.policy, plan, tokens,
+                                                  ctx.record, ctx.api.name == "anthropic")
+        ctx.response_headers += headers
+        if refusal is not None:
+            raise refusal
         try:
             reply = await call_next(ctx)
         except BaseException:
