@@ -58,8 +58,6 @@ def decode_step_ms(engine: Engine, batch: int, rng: random.Random) -> float:
         engine.step()
         if decoding:
             times.append((time.perf_counter() - t0) * 1000)
-    for seq in seqs:
-        engine.abort(seq)
     # The first decode step at a new batch size may warm up kernels (or capture a CUDA
     # graph): not counted.
     return min(times[1:] or times)
