@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import statistics
 import subprocess
@@ -202,10 +203,22 @@ def detok_cost(tokenizer: Any, questions: list[str], length: int) -> dict[str, A
             "whole_decode_each_step_ms": round(full, 2), "speedup": round(full / inc, 1)}
 
 
+def load_model(args: argparse.Namespace) -> Any:
+    """The model in ``--dtype`` (a revision older than the dtype option loads its own way:
+    fp32 on a CPU, bf16 on CUDA)."""
+    if "dtype" in inspect.signature(load).parameters:
+        return load(dtype=args.dtype)
+    return load()
+
+
+def dtype_of(loaded: Any) -> str:
+    return str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+
+
 async def engine_figures(args: argparse.Namespace) -> dict[str, Any]:
     """Child mode of part 4: tokens/s at each concurrency and prefix TTFT of whichever
     ``local_engine`` this process imports."""
-    loaded = load()
+    loaded = load_model(args)
     tok = loaded.tokenizer
     questions = [orjson.loads(line)["turns"][0] for line in PROMPTS.read_text().splitlines()]
     prompts = [chat_ids(tok, [{"role": "user", "content": q}])
@@ -219,6 +232,7 @@ async def engine_figures(args: argparse.Namespace) -> dict[str, Any]:
     pc = await prefix_ttft(engine, tok, questions, args.prefix_rounds)
     out["prefix_hit_ttft_ms"], out["prefix_miss_ttft_ms"] = (pc["hit_ttft_p50_ms"],
                                                              pc["miss_ttft_p50_ms"])
+    out["dtype"] = dtype_of(loaded)
     engine.close()
     return out
 
@@ -228,7 +242,7 @@ def against_revision(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this": []}
     child = [sys.executable, __file__, "--engine-figures", "--prompts", str(args.prompts),
              "--max-tokens", str(args.max_tokens), "--concurrency", args.concurrency,
-             "--prefix-rounds", str(args.prefix_rounds)]
+             "--prefix-rounds", str(args.prefix_rounds), "--dtype", args.dtype]
     with tempfile.TemporaryDirectory(prefix="engine-rev-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline_rev,
                                   "local_engine", "llm_wire"], check=True,
@@ -241,7 +255,10 @@ def against_revision(args: argparse.Namespace) -> dict[str, Any]:
                                       text=True)
                 runs[name].append(orjson.loads(done.stdout.strip().splitlines()[-1]))
     result: dict[str, Any] = {"baseline_rev": args.baseline_rev,
-                              "rounds": args.baseline_rounds}
+                              "rounds": args.baseline_rounds,
+                              "dtype": {name: r[0].pop("dtype") for name, r in runs.items()}}
+    for r in runs["baseline"] + runs["this"]:
+        r.pop("dtype", None)
     for key in runs["this"][0]:
         base = statistics.median(r[key] for r in runs["baseline"])
         this = statistics.median(r[key] for r in runs["this"])
@@ -257,6 +274,8 @@ async def main() -> None:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="the engine's compute dtype (local_engine.loader.engine_dtype)")
     parser.add_argument("--prefix-rounds", type=int, default=5)
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--detok-tokens", type=int, default=2000)
@@ -280,20 +299,23 @@ async def main() -> None:
     if args.only_spec:
         from engine_spec import spec_summary, speculation
 
-        sp = speculation(load(), args)
-        print(orjson.dumps({"speculation": sp}, option=orjson.OPT_INDENT_2).decode())
-        print("summary: " + spec_summary(sp))
+        model = load_model(args)
+        sp = speculation(model, args)
+        print(orjson.dumps({"dtype": dtype_of(model), "speculation": sp},
+                           option=orjson.OPT_INDENT_2).decode())
+        print(f"summary: {dtype_of(model)}; " + spec_summary(sp))
         return
     if args.only_baseline_rev:
         rev = against_revision(args)
         print(orjson.dumps({"against_revision": rev}, option=orjson.OPT_INDENT_2).decode())
-        print(f"summary: this tree vs {args.baseline_rev}: " + "; ".join(
+        print(f"summary: this tree ({rev['dtype']['this']}) vs {args.baseline_rev} "
+              f"({rev['dtype']['baseline']}): " + "; ".join(
             f"{k} {v['this']} vs {v['baseline']} = {v['ratio']}x" for k, v in rev.items()
-            if isinstance(v, dict)))
+            if isinstance(v, dict) and "ratio" in v))
         return
     from transformers import AutoModelForCausalLM
 
-    loaded = load()
+    loaded = load_model(args)
     tok = loaded.tokenizer
     device = next(loaded.model.parameters()).device
     questions = [orjson.loads(line)["turns"][0] for line in PROMPTS.read_text().splitlines()]
@@ -301,7 +323,8 @@ async def main() -> None:
                for q in questions[:args.prompts]]
     engine = AsyncEngine(Engine(loaded.model, lambda ids: tok.decode(ids), EngineConfig(
         max_num_seqs=32, max_batch_tokens=512, kv_cache_mb=256), loaded.eos_token_ids)).start()
-    result: dict[str, Any] = {"device": str(device), "torch_threads": torch.get_num_threads(),
+    result: dict[str, Any] = {"device": str(device), "dtype": dtype_of(loaded),
+                              "torch_threads": torch.get_num_threads(),
                               "prompts": len(prompts), "max_tokens": args.max_tokens,
                               "prompt_tokens_mean": round(statistics.mean(map(len, prompts)), 1)}
     await run_engine(engine, prompts[:2], 2, 4)  # warm-up
@@ -334,7 +357,7 @@ async def main() -> None:
              for c in (int(x) for x in args.concurrency.split(","))]
     pc = result["prefix_cache"]
     base = result.get("generate_sequential", {}).get("tok_s")
-    print(f"summary: generate {base} tok/s; " + "; ".join(parts)
+    print(f"summary: {result['dtype']}; generate {base} tok/s; " + "; ".join(parts)
           + f"; prefix hit/miss TTFT {pc['hit_ttft_p50_ms']}/{pc['miss_ttft_p50_ms']} ms "
           f"= {pc['hit_over_miss']}x; detokenizing {result['detokenize']['output_tokens']} "
           f"tokens {result['detokenize']['incremental_ms']} ms vs "
@@ -343,7 +366,7 @@ async def main() -> None:
           + (f"; {spec_summary(result['speculation'])}" if args.spec else "")
           + (f"; vs {args.baseline_rev}: " + ", ".join(
               f"{k} {v['ratio']}x" for k, v in result["against_revision"].items()
-              if isinstance(v, dict)) if args.baseline_rev else ""))
+              if isinstance(v, dict) and "ratio" in v) if args.baseline_rev else ""))
 
 
 if __name__ == "__main__":

@@ -126,6 +126,10 @@ class EngineOptions:
     max_model_len: int = bounded(2048, ge=64)
     #: Output tokens when a request sets no max_tokens.
     default_max_tokens: int = bounded(512, ge=1)
+    #: Compute dtype: "auto" (bfloat16 on CUDA and on CPUs with AVX512-BF16 or AMX, where a
+    #: decode step is 1.4-1.6x faster than float32's on 2 cores; float32 elsewhere),
+    #: "float32" or "bfloat16". Greedy outputs differ between the two in near-ties.
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     #: Also serve all-MiniLM-L6-v2 embeddings.
     embeddings: bool = True
     #: Requests wait this long for the engine to finish loading (ms).

@@ -25,11 +25,14 @@ from local_engine.paths import DEFAULT_MODEL, DEFAULT_NAME, cache_dir, converted
 if TYPE_CHECKING:  # transformers is imported only where a model is loaded (slow import)
     from transformers import PreTrainedModel
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "converted", "from_hf_module", "load",
-           "resolve"]
+__all__ = ["DEFAULT_MODEL", "DTYPES", "LoadedModel", "cache_dir", "converted", "engine_dtype",
+           "from_hf_module", "load", "resolve"]
 
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SUPPORTED = {"LlamaForCausalLM"}
+
+#: The engine's compute dtypes by name ("auto": see :func:`engine_dtype`).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -124,10 +127,29 @@ def _convert(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _device_dtype() -> tuple[torch.device, torch.dtype]:
-    if torch.cuda.is_available():
-        return torch.device("cuda"), torch.bfloat16
-    return torch.device("cpu"), torch.float32
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively: CUDA, or a CPU with AVX512-BF16 or AMX
+    (oneDNN's bf16 kernels; elsewhere bf16 is emulated and slower than fp32)."""
+    if device.type == "cuda":
+        return True
+    cpu = torch.cpu
+    return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
+
+
+def engine_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The compute dtype for ``name``: "float32", "bfloat16", or "auto": bfloat16 where the
+    device computes it natively (as vLLM's CPU backend defaults to), else float32.
+
+    Measured with SmolLM2-135M on 2 cores of an AVX512-BF16 CPU: a decode step at batch 32
+    125 -> 77 ms, at batch 1 57 -> 40 ms; weights and the KV cache take half the memory.
+    Greedy outputs differ from float32's in near-ties (as on a GPU). Raises ValueError for
+    another name."""
+    if name == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype {name!r}: expected auto, {', '.join(DTYPES)}") from None
 
 
 def _build(cfg: LlamaConfig, state: dict[str, torch.Tensor], device: torch.device,
@@ -157,12 +179,15 @@ def from_hf_module(hf: PreTrainedModel, device: torch.device | None = None,
     return _build(cfg, state, device or torch.device("cpu"), dtype)
 
 
-def load(spec: str = DEFAULT_MODEL) -> LoadedModel:
-    """Load ``spec`` (see :func:`resolve`) on CUDA in bf16 when present, else CPU fp32.
-    Raises FileNotFoundError, or ValueError for an architecture the engine does not run."""
+def load(spec: str = DEFAULT_MODEL, dtype: str = "auto") -> LoadedModel:
+    """Load ``spec`` (see :func:`resolve`) on CUDA when present, else the CPU, computing in
+    ``dtype`` (see :func:`engine_dtype`). Raises FileNotFoundError, or ValueError for an
+    architecture the engine does not run or an unknown dtype."""
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    compute = engine_dtype(dtype, device)
     folder = resolve(spec)
     hf_cfg = json.loads((folder / "config.json").read_text())
     archs = set(hf_cfg.get("architectures") or [])
@@ -170,8 +195,7 @@ def load(spec: str = DEFAULT_MODEL) -> LoadedModel:
         raise ValueError(f"{folder}: architecture {sorted(archs)} is not supported; "
                          f"the engine runs {sorted(_SUPPORTED)}")
     cfg = LlamaConfig.from_hf(hf_cfg)
-    device, dtype = _device_dtype()
-    model = _build(cfg, load_file(str(folder / "model.safetensors")), device, dtype)
+    model = _build(cfg, load_file(str(folder / "model.safetensors")), device, compute)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     eos = hf_cfg.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())

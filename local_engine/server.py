@@ -230,22 +230,25 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
 
 
 def load_server(model: str, config: EngineConfig, embeddings: bool = True,
-                default_max_tokens: int = 512, max_step_slowdown: float = 0.0
-                ) -> tuple[EngineServer, EngineMetrics]:
-    """Load the chat model (and the embedder), find the latency-bounded batch when
-    ``max_step_slowdown`` > 0 (local_engine.calibrate), and start the engine thread."""
+                default_max_tokens: int = 512, max_step_slowdown: float = 0.0,
+                dtype: str = "auto") -> tuple[EngineServer, EngineMetrics]:
+    """Load the chat model in ``dtype`` (local_engine.loader.engine_dtype) and the embedder,
+    find the latency-bounded batch when ``max_step_slowdown`` > 0 (local_engine.calibrate),
+    and start the engine thread."""
     from transformers.utils import logging as hf_logging
 
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
     from local_engine.loader import load
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated upstream
-    loaded = load(model)
+    loaded = load(model, dtype)
     engine = Engine(loaded.model, lambda ids: loaded.tokenizer.decode(
         ids, skip_special_tokens=True), config, loaded.eos_token_ids)
     calibration = latency_bounded_batch(engine, max_step_slowdown)
+    weight = next(loaded.model.parameters())
     log.info("engine_capacity", max_num_seqs=config.max_num_seqs, capacity=calibration.batch,
-             decode_step_ms=calibration.step_ms)
+             decode_step_ms=calibration.step_ms, device=weight.device.type,
+             dtype=str(weight.dtype).removeprefix("torch."))
     embedder = Embedder.load() if embeddings else None
     metrics = EngineMetrics(engine)
     async_engine = AsyncEngine(engine, embedder, metrics).start()
@@ -267,6 +270,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--default-max-tokens", type=int, default=512)
     parser.add_argument("--no-embeddings", action="store_true")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="compute dtype; auto: bfloat16 on CUDA and on CPUs with "
+                             "AVX512-BF16 or AMX, else float32")
     parser.add_argument("--max-step-slowdown", type=float, default=1.3,
                         help="admit (via the gateway) at most the batch whose decode step is "
                              "at most this many times a lone sequence's, measured at start-up "
@@ -291,7 +297,7 @@ def serve(args: argparse.Namespace) -> int:
                           max_model_len=args.max_model_len, speculative=spec,
                           cuda_graphs=not args.no_cuda_graphs)
     server, metrics = load_server(args.model, config, not args.no_embeddings,
-                                  args.default_max_tokens, args.max_step_slowdown)
+                                  args.default_max_tokens, args.max_step_slowdown, args.dtype)
     uvicorn.run(build_app(server, metrics), host=args.host, port=args.port,
                 log_level="warning", access_log=False, server_header=False,
                 timeout_graceful_shutdown=5)

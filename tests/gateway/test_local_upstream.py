@@ -139,6 +139,12 @@ def test_local_upstream_config_is_checked(tmp_path: Path) -> None:
                     'speculative = { method = "eagle" }\n')
     with pytest.raises(ConfigError, match="speculative.method"):
         load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\ndtype = "float16"\n')
+    with pytest.raises(ConfigError, match="dtype"):
+        load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\ndtype = "float32"\n')
+    command = LocalUpstream("e", load_config(path).upstreams["e"]).command()
+    assert command[command.index("--dtype") + 1] == "float32"
 
 
 def test_an_engine_that_dies_is_restarted_and_the_request_waits_for_it(

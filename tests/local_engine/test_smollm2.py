@@ -17,7 +17,22 @@ from local_engine.sequence import SamplingParams, Sequence
 
 @pytest.fixture(scope="module")
 def smollm2() -> LoadedModel:
-    return load()
+    return load(dtype="float32")  # compared with transformers in float32 below
+
+
+def test_smollm2_in_bfloat16_answers() -> None:
+    loaded = load(dtype="bfloat16")
+    assert next(loaded.model.parameters()).dtype is torch.bfloat16
+    tok = loaded.tokenizer
+    engine = Engine(loaded.model, lambda ids: tok.decode(ids, skip_special_tokens=True),
+                    EngineConfig(kv_cache_mb=32), loaded.eos_token_ids)
+    ids = list(tok.apply_chat_template([{"role": "user", "content":
+                                         "What is the capital of France?"}],
+                                       add_generation_prompt=True, tokenize=True)["input_ids"])
+    seq = engine.add(ids, SamplingParams(temperature=0, max_tokens=16))
+    while engine.has_work():
+        engine.step()
+    assert "Paris" in seq.text
 
 
 def test_smollm2_answers_and_matches_transformers_greedy(smollm2: LoadedModel) -> None:
