@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from threadpoolctl import threadpool_limits
 
 from gateway.config import Config
 from gateway.count_tokens import CountTokens
@@ -85,6 +86,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        single_threaded_blas()
         await gw.start()
         tasks = [asyncio.create_task(_flush_logs(gw))]
         if watch:
@@ -183,6 +185,19 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     return GatewayApp(gw, hot, app)
+
+
+def single_threaded_blas() -> None:
+    """numpy's BLAS (OpenBLAS in numpy's wheels) on one thread in this process.
+
+    Its matrix products here are small and run on the event loop: the cache's verifier and
+    vector search, the routers, compression's ranking. A multi-threaded BLAS call waits for
+    its worker threads, and on a busy CPU (the local engine's batch, the embedder) one may
+    not be scheduled for a whole time slice: the event loop, and every request on it, stalls
+    meanwhile. bench/flood.py on 2 cores with the engine in bf16: sheds whose lookup had
+    candidates took about 100 ms (the loop stalled; shed p99 104-135 ms) with OpenBLAS's 2
+    threads, none past 55 ms with one (shed p99 39.5 ms). Uses threadpoolctl."""
+    threadpool_limits(1, user_api="blas")
 
 
 async def load_minilm() -> tuple[Embed, Callable[[], None]]:

@@ -10,6 +10,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from threadpoolctl import threadpool_info
 
 from gateway.requestlog import FIELDS
 
@@ -113,6 +114,13 @@ def test_other_v1_paths_pass_through_byte_for_byte(gw, fake):
     assert fake.records[0].method == "POST"
     r = httpx.delete(gw.v1 + "/files/abc")
     assert r.headers["x-fake-method"] == "DELETE"
+
+
+def test_numpy_blas_runs_on_one_thread_once_the_gateway_serves(gw):
+    """Its small matrix products run on the event loop: a multi-threaded BLAS call there
+    waits for worker threads a busy CPU may not schedule (gateway.app.single_threaded_blas)."""
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas and all(pool["num_threads"] == 1 for pool in blas)
 
 
 def test_health_and_metrics(gw, fake):
