@@ -12,8 +12,14 @@ in ``x-gateway-degraded``), a client timeout, or another failure.
 Targets (issue 16): no client timeouts; shed answers labelled, their p99 at most 50 ms;
 admitted answers' p99 at most 4x the unloaded p50.
 
+Side by side, the same flood (same clients, same seconds) against ``bench/floor_shed.py``, a
+bare aiohttp server that sheds every request at once: its shed p99 is what the clients, the
+connections and the machine cost by themselves. Both are also given without the first
+second, when all clients open their connections and send at once, and the gateway's shed
+time from its own log.
+
     python bench/flood.py [--clients 96] [--seconds 20] [--config gateway.example.toml]
-                          [--keep-log PATH]
+                          [--keep-log PATH] [--no-floor]
 
 Prints a JSON document, then one summary line starting ``flood:``.
 """
@@ -29,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +56,11 @@ def start(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
                "--port", str(port)]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, stdout=out)
+
+
+def start_floor(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_shed.py"),
+                             "--port", str(port)], cwd=ROOT)
 
 
 async def one(session: aiohttp.ClientSession, url: str, prompt: str, timeout_s: float
@@ -81,6 +93,59 @@ async def one(session: aiohttp.ClientSession, url: str, prompt: str, timeout_s: 
         return f"error:{type(exc).__name__}", (time.perf_counter() - t0) * 1000, None, 0.0
 
 
+Result = tuple[str, float, str | None, float]
+
+
+async def flood(session: aiohttp.ClientSession, url: str, args: argparse.Namespace,
+                prompt: Callable[[], str]) -> tuple[list[Result], list[float]]:
+    """``--clients`` closed-loop clients for ``--seconds``, all starting at once: each
+    answer, and when its request was sent (s after the start)."""
+    results: list[Result] = []
+    sent_at: list[float] = []
+    began = time.perf_counter()
+    stop_at = began + args.seconds
+
+    async def client() -> None:
+        # As the official SDKs do: a shed answer's Retry-After is waited out before the
+        # next request (capped, so the run stays in its window).
+        while time.perf_counter() < stop_at:
+            sent = time.perf_counter() - began
+            result = await one(session, url, prompt(), args.timeout_s)
+            results.append(result)
+            sent_at.append(sent)
+            if result[3]:
+                await asyncio.sleep(min(result[3], max(0.0, stop_at - time.perf_counter())))
+
+    await asyncio.gather(*(client() for _ in range(args.clients)))
+    return results, sent_at
+
+
+def shed_ms(results: list[Result], sent_at: list[float]) -> dict[str, Any]:
+    """Shed answers' p50/p99 (ms), also without those sent in the first second (the opening
+    burst, when every client opens its connection and sends at once)."""
+    shed = [ms for outcome, ms, _, _ in results if outcome == "shed"]
+    later = [r[1] for r, t in zip(results, sent_at, strict=True)
+             if r[0] == "shed" and t >= 1.0]
+    return {"n": len(shed), "p50": pct(shed, 0.5), "p99": pct(shed, 0.99),
+            "after_first_second": {"p50": pct(later, 0.5), "p99": pct(later, 0.99)}}
+
+
+async def floor_flood(args: argparse.Namespace) -> dict[str, Any]:
+    """The same flood against bench/floor_shed.py, which sheds every request at once."""
+    port = free_port()
+    proc = start_floor(port)
+    try:
+        await wait_ready(f"http://127.0.0.1:{port}/readyz")
+        counter = itertools.count()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            results, sent_at = await flood(
+                session, f"http://127.0.0.1:{port}/v1/chat/completions", args,
+                lambda: f"Request {next(counter)}")
+    finally:
+        stop([proc])
+    return shed_ms(results, sent_at)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -100,20 +165,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await one(session, url, prompt(), args.timeout_s)
                 unloaded = [(await one(session, url, prompt(), args.timeout_s))[1]
                             for _ in range(args.warm)]
-                results: list[tuple[str, float, str | None, float]] = []
-                stop_at = time.perf_counter() + args.seconds
-
-                async def client() -> None:
-                    # As the official SDKs do: a shed answer's Retry-After is waited out
-                    # before the next request (capped, so the run stays in its window).
-                    while time.perf_counter() < stop_at:
-                        result = await one(session, url, prompt(), args.timeout_s)
-                        results.append(result)
-                        if result[3]:
-                            await asyncio.sleep(min(result[3], max(
-                                0.0, stop_at - time.perf_counter())))
-
-                await asyncio.gather(*(client() for _ in range(args.clients)))
+                results, sent_at = await flood(session, url, args, prompt)
         finally:
             stop([proc])
             if args.keep_log:
@@ -126,6 +178,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 if isinstance(rec, dict) and rec.get("status") in (429, 503):
                     server_shed.append(float(rec["total_ms"]))
+    floor = await floor_flood(args) if args.floor else None
     ok = [ms for outcome, ms, _, _ in results if outcome == "ok"]
     shed = [ms for outcome, ms, _, _ in results if outcome == "shed"]
     unlabelled = sum(1 for outcome, _, label, _ in results if outcome == "shed" and not label)
@@ -144,7 +197,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "unloaded_ms": {"p50": round(unloaded_p50, 1), "p99": pct(unloaded, 0.99)},
         "outcomes": outcomes, "degraded_labels": labels, "unlabelled_sheds": unlabelled,
         "admitted_ms": {"p50": pct(ok, 0.5), "p99": admitted_p99},
-        "shed_ms": {"p50": pct(shed, 0.5), "p99": shed_p99},
+        "shed_ms": shed_ms(results, sent_at),
+        "floor_shed_ms": floor,
         "shed_ms_in_gateway": {"p50": pct(server_shed, 0.5), "p99": pct(server_shed, 0.99)},
         "goodput_rps": round(len(ok) / args.seconds, 2),
         "admitted_p99_over_unloaded_p50": (round(admitted_p99 / unloaded_p50, 2)
@@ -167,15 +221,23 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=10)
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--keep-log", metavar="PATH", help="copy the gateway's log here")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the same flood against bench/floor_shed.py")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     t = result["targets"]
+    floor = ""
+    if f := result["floor_shed_ms"]:
+        floor = (f"; floor_shed.py under the same flood {f['p99']} ms, after the first second "
+                 f"{f['after_first_second']['p99']} ms")
     print(f"flood: {result['outcomes']} unloaded p50 {result['unloaded_ms']['p50']} ms; "
           f"admitted p99 {result['admitted_ms']['p99']} ms "
           f"({result['admitted_p99_over_unloaded_p50']}x, <=4x "
           f"{'yes' if t['admitted_p99_le_4x_unloaded_p50'] else 'NO'}); shed p99 "
-          f"{result['shed_ms']['p99']} ms (<=50 {'yes' if t['shed_p99_le_50ms'] else 'NO'}); "
+          f"{result['shed_ms']['p99']} ms (<=50 {'yes' if t['shed_p99_le_50ms'] else 'NO'}; "
+          f"after the first second {result['shed_ms']['after_first_second']['p99']} ms; in "
+          f"the gateway {result['shed_ms_in_gateway']['p99']} ms{floor}); "
           f"timeouts {result['outcomes'].get('timeout', 0)} "
           f"({'yes' if t['no_timeouts'] else 'NO'}); labelled "
           f"{'yes' if t['sheds_labelled'] else 'NO'}")
