@@ -112,9 +112,9 @@ class EngineOptions:
     kv_cache_mb: int = bounded(1024, ge=1)
     max_num_seqs: int = bounded(32, ge=1, le=1024)
     #: The gateway admits at most the batch whose decode step is at most this many times a
-    #: lone sequence's, measured by the engine at start-up (local_engine.calibrate: 5 to 13
-    #: of 32 on a 2-core CPU, all of them on a GPU); 0: max_num_seqs. Higher: more goodput
-    #: under a flood, slower admitted answers.
+    #: lone sequence's, measured by the engine at start-up (local_engine.calibrate: 7 to 11
+    #: of 32 on a 2-core CPU in bf16, all of them on a GPU); 0: max_num_seqs. Higher: more
+    #: goodput under a flood, slower admitted answers.
     max_step_slowdown: float = bounded(1.3, ge=0.0, le=100.0)
     #: CPU priority of the engine process below the gateway's (Linux nice, 0: the same):
     #: the gateway's event loop answers every request, sheds included, while a batch step
