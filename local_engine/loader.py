@@ -127,13 +127,14 @@ def _convert(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def native_bf16(device: torch.device) -> bool:
+def _native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes bf16 natively: CUDA, or a CPU with AVX512-BF16 or AMX
-    (oneDNN's bf16 kernels; elsewhere bf16 is emulated and slower than fp32)."""
+    (oneDNN's bf16 kernels; elsewhere bf16 is emulated and slower than fp32). The CPU probes
+    are torch.cpu's (private: a torch without them counts as no)."""
     if device.type == "cuda":
         return True
-    cpu = torch.cpu
-    return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
 
 def engine_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -145,7 +146,7 @@ def engine_dtype(name: str, device: torch.device) -> torch.dtype:
     Greedy outputs differ from float32's in near-ties (as on a GPU). Raises ValueError for
     another name."""
     if name == "auto":
-        return torch.bfloat16 if native_bf16(device) else torch.float32
+        return torch.bfloat16 if _native_bf16(device) else torch.float32
     try:
         return DTYPES[name]
     except KeyError:
