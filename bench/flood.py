@@ -63,8 +63,12 @@ def start_floor(port: int) -> subprocess.Popen[bytes]:
                              "--port", str(port)], cwd=ROOT)
 
 
+#: One answer: (outcome, ms, degraded label, Retry-After s).
+Result = tuple[str, float, str | None, float]
+
+
 async def one(session: aiohttp.ClientSession, url: str, prompt: str, timeout_s: float
-              ) -> tuple[str, float, str | None, float]:
+              ) -> Result:
     """(outcome, ms, degraded label, Retry-After s): outcome ok | shed | timeout |
     error:<status>."""
     body = orjson.dumps({"model": "smollm2", "max_tokens": 16, "temperature": 0,
@@ -91,9 +95,6 @@ async def one(session: aiohttp.ClientSession, url: str, prompt: str, timeout_s: 
         return "timeout", (time.perf_counter() - t0) * 1000, None, 0.0
     except aiohttp.ClientError as exc:
         return f"error:{type(exc).__name__}", (time.perf_counter() - t0) * 1000, None, 0.0
-
-
-Result = tuple[str, float, str | None, float]
 
 
 async def flood(session: aiohttp.ClientSession, url: str, args: argparse.Namespace,
