@@ -20,32 +20,31 @@ def smollm2() -> LoadedModel:
     return load(dtype="float32")  # compared with transformers in float32 below
 
 
-def test_smollm2_in_bfloat16_answers() -> None:
-    loaded = load(dtype="bfloat16")
-    assert next(loaded.model.parameters()).dtype is torch.bfloat16
+def ask(loaded: LoadedModel, copies: int, max_tokens: int) -> tuple[list[int], list[Sequence]]:
+    """"What is the capital of France?" ``copies`` times in one batch, greedy, run to the
+    end: the prompt's ids and the sequences."""
     tok = loaded.tokenizer
     engine = Engine(loaded.model, lambda ids: tok.decode(ids, skip_special_tokens=True),
                     EngineConfig(kv_cache_mb=32), loaded.eos_token_ids)
     ids = list(tok.apply_chat_template([{"role": "user", "content":
                                          "What is the capital of France?"}],
                                        add_generation_prompt=True, tokenize=True)["input_ids"])
-    seq = engine.add(ids, SamplingParams(temperature=0, max_tokens=16))
+    seqs = [engine.add(list(ids), SamplingParams(temperature=0, max_tokens=max_tokens))
+            for _ in range(copies)]
     while engine.has_work():
         engine.step()
+    return ids, seqs
+
+
+def test_smollm2_in_bfloat16_answers() -> None:
+    loaded = load(dtype="bfloat16")
+    assert next(loaded.model.parameters()).dtype is torch.bfloat16
+    _, (seq,) = ask(loaded, 1, 16)
     assert "Paris" in seq.text
 
 
 def test_smollm2_answers_and_matches_transformers_greedy(smollm2: LoadedModel) -> None:
-    tok = smollm2.tokenizer
-    engine = Engine(smollm2.model, lambda ids: tok.decode(ids, skip_special_tokens=True),
-                    EngineConfig(kv_cache_mb=32), smollm2.eos_token_ids)
-    ids = list(tok.apply_chat_template([{"role": "user", "content":
-                                         "What is the capital of France?"}],
-                                       add_generation_prompt=True, tokenize=True)["input_ids"])
-    seq = engine.add(ids, SamplingParams(temperature=0, max_tokens=24))
-    other = engine.add(ids[:-3] + ids[-3:], SamplingParams(temperature=0, max_tokens=24))
-    while engine.has_work():
-        engine.step()
+    ids, (seq, other) = ask(smollm2, 2, 24)
     assert "Paris" in seq.text
     assert other.output_ids == seq.output_ids  # the same, computed in the same batch
     hf = AutoModelForCausalLM.from_pretrained(resolve(), dtype=torch.float32).eval()
