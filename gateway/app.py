@@ -48,6 +48,8 @@ __all__ = ["GatewayApp", "create_app"]
 
 #: CPU priority (nice) of the gateway's embedding threads (see load_minilm).
 EMBEDDING_NICE = 19
+#: Texts per forward pass of the gateway's embedder (see _start_embedder).
+EMBED_BATCH = 16
 
 
 class GatewayApp:
@@ -221,7 +223,10 @@ def _start_embedder() -> Any:
     from local_engine.embedder import Embedder
 
     embedder = Embedder.load(spin=False)  # ORT's thread pool inherits this thread's nice
-    return AsyncEngine(None, embedder).start()  # and so does the engine thread
+    # and so does the engine thread. Passes of 16 texts (on a CPU batching buys little):
+    # between two, lookups of requests shed meanwhile are dropped (a flood's opening burst
+    # queues one per request).
+    return AsyncEngine(None, embedder, max_embed_batch=EMBED_BATCH).start()
 
 
 def _in_background_thread(work: Callable[[], Any]) -> Any:

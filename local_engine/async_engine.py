@@ -269,11 +269,19 @@ class AsyncEngine:
         if not self._embeds:
             return False
         # A caller that has gone (a shed request's cache lookup, a client that left) is not
-        # embedded for: under overload that work would only take the CPU from the rest.
-        jobs = [job for job in self._embeds if not job.future.cancelled()]
-        self._embeds = []
-        if not jobs:
+        # embedded for: under overload that work would only take the CPU from the rest. One
+        # forward pass a call (whole jobs, up to max_embed_batch texts unless one job holds
+        # more), so that callers gone while it ran are skipped by the next.
+        pending = [job for job in self._embeds if not job.future.cancelled()]
+        if not pending:
+            self._embeds = []
             return True
+        take, size = 0, 0
+        while take < len(pending) and (take == 0 or size + len(pending[take].texts)
+                                       <= self.max_embed_batch):
+            size += len(pending[take].texts)
+            take += 1
+        jobs, self._embeds = pending[:take], pending[take:]
         texts = [t for job in jobs for t in job.texts]
         try:
             assert self.embed_fn is not None

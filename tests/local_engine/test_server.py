@@ -210,6 +210,43 @@ async def test_embeddings_nobody_waits_for_any_more_are_not_computed() -> None:
         aengine.close()
 
 
+class SteppedEmbedder(FakeEmbedder):
+    """Each call is counted in ``calls`` when it starts and waits for a ``permits``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = threading.Semaphore(0)
+        self.permits = threading.Semaphore(0)
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls.release()
+        self.permits.acquire(timeout=5)
+        return super().__call__(texts)
+
+
+async def test_callers_gone_while_an_embedding_pass_runs_are_skipped_by_the_next() -> None:
+    """One forward pass of at most max_embed_batch texts at a time, so a caller that leaves
+    while an earlier pass runs (under a flood: a shed request) is not embedded for."""
+    embedder = SteppedEmbedder()
+    aengine = AsyncEngine(None, embedder, max_embed_batch=2).start()
+    try:
+        held = asyncio.create_task(aengine.embed(["held"]))
+        assert await asyncio.to_thread(embedder.calls.acquire, True, 5)
+        queued = [asyncio.create_task(aengine.embed([f"text {i}"])) for i in range(4)]
+        assert await asyncio.to_thread(_wait_until, lambda: aengine.inbox_size == 4)
+        embedder.permits.release()  # "held" ends; the next pass takes texts 0 and 1
+        assert await asyncio.to_thread(embedder.calls.acquire, True, 5)
+        queued[2].cancel()
+        await asyncio.gather(queued[2], return_exceptions=True)
+        embedder.permits.release(2)
+        for task in (held, queued[0], queued[1], queued[3]):
+            assert (await task).shape == (1, 8)
+        assert embedder.batches == [1, 2, 1]  # text 2 was never embedded
+    finally:
+        embedder.permits.release(8)
+        aengine.close()
+
+
 class FailingEngine(Engine):
     """Runs its first step, then fails every later one, as a model error mid-stream would."""
 
