@@ -68,6 +68,8 @@ class EngineServer:
     #: Sequences worth batching at once on this machine (see local_engine.calibrate);
     #: /healthz says it, and the gateway admits that many. None: max_num_seqs.
     capacity: int | None = None
+    #: The chat model's compute dtype ("float32", "bfloat16"), for /healthz.
+    dtype: str | None = None
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -173,7 +175,8 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
-        return Response(orjson.dumps({"status": "ok", "capacity": server.capacity}),
+        return Response(orjson.dumps({"status": "ok", "capacity": server.capacity,
+                                      "dtype": server.dtype}),
                         media_type="application/json")
 
     @contextlib.asynccontextmanager
@@ -246,16 +249,16 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
         ids, skip_special_tokens=True), config, loaded.eos_token_ids)
     calibration = latency_bounded_batch(engine, max_step_slowdown)
     weight = next(loaded.model.parameters())
+    compute = str(weight.dtype).removeprefix("torch.")
     log.info("engine_capacity", max_num_seqs=config.max_num_seqs, capacity=calibration.batch,
-             decode_step_ms=calibration.step_ms, device=weight.device.type,
-             dtype=str(weight.dtype).removeprefix("torch."))
+             decode_step_ms=calibration.step_ms, device=weight.device.type, dtype=compute)
     embedder = Embedder.load() if embeddings else None
     metrics = EngineMetrics(engine)
     async_engine = AsyncEngine(engine, embedder, metrics).start()
     server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
                           EMBEDDING_MODEL if embedder else None,
                           embedder.count_tokens if embedder else None, default_max_tokens,
-                          calibration.batch)
+                          calibration.batch, compute)
     return server, metrics
 
 

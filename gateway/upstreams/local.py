@@ -148,7 +148,7 @@ class LocalUpstream(OpenAIUpstream):
                 for changed in self._capacity_changed:
                     changed(self.capacity)
                 log.info("local_engine_capacity", upstream=self.name, capacity=self.capacity,
-                         max_num_seqs=self.engine.max_num_seqs)
+                         max_num_seqs=self.engine.max_num_seqs, dtype=body.get("dtype"))
 
     async def _await_ready(self) -> None:
         if self._ready.is_set():

@@ -61,6 +61,7 @@ embeddings = false
 kv_cache_mb = 16
 max_model_len = 512
 default_max_tokens = 8
+dtype = "float32"
 speculative = {{ method = "ngram", num_tokens = 3, max_batch_size = 4 }}
 
 [models.tiny]
@@ -83,6 +84,7 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
         # Admitted to match the batch the engine measured worth running at once.
         health = httpx.get(f"http://127.0.0.1:{upstream.port}/healthz").json()
         assert health["status"] == "ok" and 1 <= health["capacity"] <= 32
+        assert health["dtype"] == "float32"  # as configured
         assert upstream.capacity == health["capacity"]
         limiter = app.gateway.dispatcher.guards["engine"].limiter
         assert limiter.limit == health["capacity"] == limiter.policy.max_limit
