@@ -256,9 +256,9 @@ def against_revision(args: argparse.Namespace) -> dict[str, Any]:
                 runs[name].append(orjson.loads(done.stdout.strip().splitlines()[-1]))
     result: dict[str, Any] = {"baseline_rev": args.baseline_rev,
                               "rounds": args.baseline_rounds,
-                              "dtype": {name: r[0].pop("dtype") for name, r in runs.items()}}
+                              "dtype": {name: r[0]["dtype"] for name, r in runs.items()}}
     for r in runs["baseline"] + runs["this"]:
-        r.pop("dtype", None)
+        del r["dtype"]
     for key in runs["this"][0]:
         base = statistics.median(r[key] for r in runs["baseline"])
         this = statistics.median(r[key] for r in runs["this"])
@@ -274,6 +274,7 @@ async def main() -> None:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--concurrency", default="1,8,32")
+    # Spelled out, not loader.DTYPES: part 4's children import an older local_engine.
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="the engine's compute dtype (local_engine.loader.engine_dtype)")
     parser.add_argument("--prefix-rounds", type=int, default=5)

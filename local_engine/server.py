@@ -34,6 +34,7 @@ from local_engine.async_engine import AsyncEngine
 from local_engine.calibrate import latency_bounded_batch
 from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
 from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
+from local_engine.loader import DTYPES, load
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
     ChatRequest,
@@ -241,7 +242,6 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     from transformers.utils import logging as hf_logging
 
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
-    from local_engine.loader import load
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated upstream
     loaded = load(model, dtype)
@@ -273,7 +273,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--default-max-tokens", type=int, default=512)
     parser.add_argument("--no-embeddings", action="store_true")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="compute dtype; auto: bfloat16 on CUDA and on CPUs with "
                              "AVX512-BF16 or AMX, else float32")
     parser.add_argument("--max-step-slowdown", type=float, default=1.3,
