@@ -41,7 +41,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from processes import ROOT, free_port, stop, wait_ready
+from processes import ROOT, free_port, start_floor_shed, stop, wait_ready
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -56,11 +56,6 @@ def start(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
                "--port", str(port)]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, stdout=out)
-
-
-def start_floor(port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_shed.py"),
-                             "--port", str(port)], cwd=ROOT)
 
 
 #: One answer: (outcome, ms, degraded label, Retry-After s).
@@ -134,7 +129,7 @@ def shed_ms(results: list[Result], sent_at: list[float]) -> dict[str, Any]:
 async def floor_flood(args: argparse.Namespace) -> dict[str, Any]:
     """The same flood against bench/floor_shed.py, which sheds every request at once."""
     port = free_port()
-    proc = start_floor(port)
+    proc = start_floor_shed(port)
     try:
         await wait_ready(f"http://127.0.0.1:{port}/readyz")
         counter = itertools.count()
@@ -181,7 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     server_shed.append(float(rec["total_ms"]))
     floor = await floor_flood(args) if args.floor else None
     ok = [ms for outcome, ms, _, _ in results if outcome == "ok"]
-    shed = [ms for outcome, ms, _, _ in results if outcome == "shed"]
+    sheds = shed_ms(results, sent_at)
     unlabelled = sum(1 for outcome, _, label, _ in results if outcome == "shed" and not label)
     outcomes: dict[str, int] = {}
     for outcome, _, _, _ in results:
@@ -192,13 +187,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             labels[label] = labels.get(label, 0) + 1
     unloaded_p50 = statistics.median(unloaded)
     admitted_p99 = pct(ok, 0.99)
-    shed_p99 = pct(shed, 0.99)
+    shed_p99 = sheds["p99"]
     return {
         "config": args.config, "clients": args.clients, "seconds": args.seconds,
         "unloaded_ms": {"p50": round(unloaded_p50, 1), "p99": pct(unloaded, 0.99)},
         "outcomes": outcomes, "degraded_labels": labels, "unlabelled_sheds": unlabelled,
         "admitted_ms": {"p50": pct(ok, 0.5), "p99": admitted_p99},
-        "shed_ms": shed_ms(results, sent_at),
+        "shed_ms": sheds,
         "floor_shed_ms": floor,
         "shed_ms_in_gateway": {"p50": pct(server_shed, 0.5), "p99": pct(server_shed, 0.99)},
         "goodput_rps": round(len(ok) / args.seconds, 2),

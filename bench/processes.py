@@ -52,6 +52,12 @@ def start_floor(port: int, upstream_port: int) -> subprocess.Popen[bytes]:
                              "--port", str(port), "--upstream", upstream], cwd=ROOT)
 
 
+def start_floor_shed(port: int) -> subprocess.Popen[bytes]:
+    """``floor_shed.py`` on ``port``: sheds every request at once (bench/flood.py's floor)."""
+    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_shed.py"),
+                             "--port", str(port)], cwd=ROOT)
+
+
 def start_gateway(port: int, fake_port: int, workdir: Path, policy: str = "",
                   upstream_extra: str = "", config_extra: str = "",
                   log: Path | None = None) -> subprocess.Popen[bytes]:
