@@ -3,14 +3,14 @@ step gets too slow, measured on this machine at start-up.
 
 ``max_num_seqs`` bounds what the engine *can* batch (seats, KV slots); on a GPU a decode
 step costs about the same at 1 or 128 sequences, so every seat is worth filling. On a CPU a
-step's matmuls grow with the batch: SmolLM2-135M on this 2-core CPU takes 57 ms per decode
-step alone, 98 ms at 16 and 160 ms at 32, and a flood of 96 clients admitted 32 at a time
-finished at 5.5x the unloaded latency (p99; 3.6x at 16, bench/flood.py), since each
+step's matmuls grow with the batch: SmolLM2-135M in fp32 on this 2-core CPU takes 57 ms per
+decode step alone, 98 ms at 16 and 160 ms at 32, and a flood of 96 clients admitted 32 at a
+time finished at 5.5x the unloaded latency (p99; 3.6x at 16, bench/flood.py), since each
 arrival's prefill also lands in the running batch. The gateway admits at most the batch this
 module finds (the local upstream reads it from /healthz): the largest batch whose decode step
 is at most ``max_slowdown`` times a lone sequence's. The gateway's default, 1.3, gives 5 to 13
-here (start-up noise), where the flood's admitted answers stay within 2.6-3.9x of unloaded;
-1.5 gives 9 to 17, within 3.6-4.4x, with more goodput.
+here in fp32 (start-up noise; the flood's admitted answers within 2.6-3.9x of unloaded; 1.5
+gives 9 to 17, within 3.6-4.4x, with more goodput), 7 to 11 in bf16 (within 2.7-3.3x).
 
 The probe runs synthetic sequences (distinct random tokens, so no prefix-cache hit and no
 n-gram draft) through the engine before it serves, a prefill and a few decode steps per
