@@ -6,6 +6,16 @@ writes the new keys and values into their cache slots, then attends: decoding se
 batch, prefill chunks one by one with a causal offset. Contexts are read through block
 tables, a block at a time. Weights are Hugging Face ``LlamaForCausalLM`` names (SmolLM2 is
 a Llama).
+
+On a CPU the forward pass is batch-invariant: a token's logits are bit-identical whether it
+is decoded alone, beside other sequences, as one of a draft's verified positions, or
+recomputed in a prefill chunk after a preemption. So greedy outputs do not depend on the
+load, and speculative decoding is lossless in bf16 too (where rounding would otherwise
+flip near-ties). Two things make it so (the idea: He et al., "Defeating Nondeterminism in
+LLM Inference", Thinking Machines Lab 2025): a projection of a single row is computed as
+two rows (oneDNN's one-row kernel sums in another order than its many-row one), and
+attention is :func:`invariant_attention`, whose per-row sums do not depend on the other
+rows or on how far the keys are padded. On CUDA, attention is PyTorch's SDPA as before.
 """
 
 from __future__ import annotations
@@ -18,7 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AttentionMeta", "Decodes", "LlamaConfig", "LlamaModel"]
+__all__ = ["KV_CHUNK", "AttentionMeta", "Decodes", "LlamaConfig", "LlamaModel",
+           "invariant_attention"]
+
+KV_CHUNK = 256
+"""Keys per chunk of :func:`invariant_attention`'s value product (tokens). Contexts padded
+to a multiple of it (with masked keys) attend without a copy."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +96,64 @@ class Decodes:
 class AttentionMeta:
     """Where the step's tokens sit in the flat batch and in the paged cache (built once a
     step). ``slots``: [T] cache slot of every new token. ``decodes``: see :class:`Decodes`.
-    Prefill chunks follow, one by one: ``prefills`` holds (first row, row count, block ids
-    [nb] of the context, causal mask [n, nb * block_size])."""
+    Prefill chunks follow, one by one: ``prefills`` holds (first row, row count n, block ids
+    [nb] of the context, causal mask [n * G, nb * block_size], a row per (query, head of
+    the group) as :meth:`Attention.forward` lays them out)."""
 
     slots: torch.Tensor
     block_size: int
     decodes: Decodes | None = None
     prefills: list[tuple[int, int, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+
+def project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for x [T, in]; on a CPU one row is computed as two identical rows, so
+    that its result equals the one it gets inside any larger batch (oneDNN's one-row kernel
+    sums in another order; measured for the 1536-wide down projection in bf16)."""
+    if x.shape[0] == 1 and not x.is_cuda:
+        return F.linear(x.expand(2, -1), layer.weight)[:1]
+    return F.linear(x, layer.weight)
+
+
+def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        visible: torch.Tensor, chunk: int = KV_CHUNK) -> torch.Tensor:
+    """Softmax attention whose every output row is bit-identical however rows are batched.
+
+    q [B, KVH, R, D]; k, v [B, KVH, L, D]; visible [B, 1, R or 1, L] bool, True where a
+    query row sees a key (every row must see one). Returns [B, KVH, R, D] in q's dtype.
+
+    Scores are one batched matmul (its rows do not depend on the other rows), scaled and
+    masked in q's dtype, then a softmax in float32, as in Hugging Face's eager attention.
+    The value product runs over fixed chunks of ``chunk`` keys (a matmul whose reduction
+    length never changes) and the chunks' results are summed in float32; masked keys
+    weigh exactly 0, so padding the context with more masked chunks leaves every sum as
+    it was. L is padded to a multiple of ``chunk`` here when it is not (a copy: callers
+    on the hot path pass padded contexts). PyTorch's SDPA on a CPU is not invariant in
+    bf16: its result for a row changes with the number of query rows in its block."""
+    b, kvh, r, d = q.shape
+    if r == 1:  # one query row is computed as two, as in project()
+        return invariant_attention(q.expand(b, kvh, 2, d), k, v,
+                                   visible.expand(*visible.shape[:2], 2, -1), chunk)[:, :, :1]
+    pad = -k.shape[2] % chunk
+    if pad:
+        k, v = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
+        visible = F.pad(visible, (0, pad))
+    scores = torch.matmul(q, k.transpose(2, 3)).mul_(d ** -0.5)
+    scores.masked_fill_(visible.logical_not(), float("-inf"))
+    p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    c = k.shape[2] // chunk
+    per_chunk = torch.matmul(p.view(b, kvh, r, c, chunk).transpose(2, 3),
+                             v.view(b, kvh, c, chunk, d))  # [B, KVH, C, R, D]
+    return per_chunk.sum(2, dtype=torch.float32).to(q.dtype)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           visible: torch.Tensor) -> torch.Tensor:
+    """:func:`invariant_attention` on a CPU, SDPA on CUDA; shapes as there."""
+    if q.is_cuda:
+        out: torch.Tensor = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+        return out
+    return invariant_attention(q, k, v, visible)
 
 
 class RMSNorm(nn.Module):
@@ -127,18 +193,18 @@ class Attention(nn.Module):
         at a time (``index_select`` of block rows: a memcpy each, several times faster on a
         CPU than gathering slot by slot)."""
         t, h, kvh, d = x.shape[0], self.h, self.kvh, self.d
-        q = rotate(self.q_proj(x).view(t, h, d), cos, sin)
-        k = rotate(self.k_proj(x).view(t, kvh, d), cos, sin)
-        v = self.v_proj(x).view(t, kvh, d)
+        q = rotate(project(self.q_proj, x).view(t, h, d), cos, sin)
+        k = rotate(project(self.k_proj, x).view(t, kvh, d), cos, sin)
+        v = project(self.v_proj, x).view(t, kvh, d)
         k_cache.index_copy_(0, meta.slots, k)
         v_cache.index_copy_(0, meta.slots, v)
         bs = meta.block_size
         k_blocks = k_cache.view(-1, bs * kvh * d)
         v_blocks = v_cache.view(-1, bs * kvh * d)
         out = torch.empty_like(q)
-        dec = meta.decodes
+        dec, g = meta.decodes, h // kvh
         if dec is not None:
-            b, nq, g = dec.tables.shape[0], dec.q, h // kvh
+            b, nq = dec.tables.shape[0], dec.q
             qd = q[:dec.rows] if dec.gather is None else q.index_select(0, dec.gather)
             # Query heads grouped under their key-value head: [B, KVH, Q * G, D] against
             # keys [B, KVH, L, D], so no key or value is repeated G times (GQA, Ainslie et
@@ -147,7 +213,7 @@ class Attention(nn.Module):
             flat = dec.tables.flatten()
             kd = k_blocks.index_select(0, flat).view(b, -1, kvh, d).transpose(1, 2)
             vd = v_blocks.index_select(0, flat).view(b, -1, kvh, d).transpose(1, 2)
-            od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=dec.mask)
+            od = attend(qd, kd, vd, dec.mask)
             od = od.view(b, kvh, nq, g, d).permute(0, 2, 1, 3, 4).reshape(b * nq, h, d)
             if dec.scatter is None:
                 out[:dec.rows] = od
@@ -155,13 +221,13 @@ class Attention(nn.Module):
                 src, dst = dec.scatter
                 out.index_copy_(0, dst, od.index_select(0, src))
         for start, n, blocks, mask in meta.prefills:
-            qi = q[start:start + n].transpose(0, 1)  # [H, n, D]
-            ki = k_blocks.index_select(0, blocks).view(-1, kvh, d).transpose(0, 1)
-            vi = v_blocks.index_select(0, blocks).view(-1, kvh, d).transpose(0, 1)
-            o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
-            out[start:start + n] = o.transpose(0, 1)
-        projected: torch.Tensor = self.o_proj(out.reshape(t, h * d))
-        return projected
+            # laid out as the decodes are: [1, KVH, n * G, D], one row per (query, head)
+            qi = q[start:start + n].view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(1, kvh, -1, d)
+            ki = k_blocks.index_select(0, blocks).view(1, -1, kvh, d).transpose(1, 2)
+            vi = v_blocks.index_select(0, blocks).view(1, -1, kvh, d).transpose(1, 2)
+            o = attend(qi, ki, vi, mask[None, None])
+            out[start:start + n] = o.view(kvh, n, g, d).permute(1, 0, 2, 3).reshape(n, h, d)
+        return project(self.o_proj, out.reshape(t, h * d))
 
 
 class MLP(nn.Module):
@@ -172,8 +238,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        down: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return down
+        return project(self.down_proj,
+                       F.silu(project(self.gate_proj, x)) * project(self.up_proj, x))
 
 
 class DecoderLayer(nn.Module):
@@ -227,5 +293,4 @@ class LlamaModel(nn.Module):
         return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.lm_head(hidden)
-        return logits.float()
+        return project(self.lm_head, hidden).float()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from local_engine.cuda_graphs import DecodeGraphs
-from local_engine.model import AttentionMeta, Decodes, LlamaModel
+from local_engine.model import KV_CHUNK, AttentionMeta, Decodes, LlamaModel
 from local_engine.sampling import sample
 from local_engine.scheduler import Scheduled
 from local_engine.speculative import verify
@@ -56,9 +56,12 @@ class ModelRunner:
                        for _ in range(cfg.num_hidden_layers)]
         self.device = param.device
         self.group = cfg.num_attention_heads // cfg.num_key_value_heads
-        # +1: a verify step may reserve a block past the last position it keeps.
-        max_blocks = -(-max_model_len // block_size) + 1
         cuda = self.device.type == "cuda"
+        # On a CPU contexts are read in whole chunks of the attention's value product
+        # (local_engine.model.invariant_attention): the blocks past a context are masked.
+        self.chunk_blocks = 1 if cuda else -(-KV_CHUNK // block_size)
+        # +1: a verify step may reserve a block past the last position it keeps.
+        max_blocks = self._width(-(-max_model_len // block_size) + 1)
         self._host = torch.zeros((max_num_seqs, max_blocks), dtype=torch.long,
                                  pin_memory=cuda)
         self._host_np = self._host.numpy()
@@ -70,6 +73,10 @@ class ModelRunner:
             self.graphs = DecodeGraphs(model, self.caches, block_size, max_num_seqs,
                                        1 + max_draft, max_blocks, num_blocks * block_size,
                                        self.group)
+
+    def _width(self, blocks: int) -> int:
+        """``blocks`` rounded up to whole attention chunks."""
+        return -(-blocks // self.chunk_blocks) * self.chunk_blocks
 
     @staticmethod
     def kv_bytes_per_block(model: LlamaModel, block_size: int, dtype: torch.dtype) -> int:
@@ -121,10 +128,10 @@ class ModelRunner:
             ids.extend(sc.seq.tokens(start, end))
             positions.extend(range(start, end))
             seats.extend([sc.seq.seat] * n)
-            blocks = self.tables[sc.seq.seat, :-(-end // bs)]
-            # query j sits at position start + j and sees keys up to it
-            mask = (self._arange[:len(blocks) * bs][None, :]
-                    <= torch.arange(start, end, device=dev)[:, None])
+            blocks = self.tables[sc.seq.seat, :self._width(-(-end // bs))]
+            # query j sits at position start + j and sees keys up to it; G rows per query
+            last = torch.arange(start, end, device=dev).repeat_interleave(self.group)
+            mask = self._arange[:len(blocks) * bs][None, :] <= last[:, None]
             meta.prefills.append((row, n, blocks, mask))
             if sc.samples:
                 spans[i] = (len(logit_rows), 1)
@@ -139,7 +146,7 @@ class ModelRunner:
         bs, dev = self.block_size, self.device
         counts = [sc.num_new for sc in items]
         q = max(counts)
-        width = max(-(-(sc.start + sc.num_new) // bs) for sc in items)
+        width = self._width(max(-(-(sc.start + sc.num_new) // bs) for sc in items))
         seats = torch.tensor([sc.seq.seat for sc in items], device=dev)
         tables = self.tables.index_select(0, seats)[:, :width]
         starts = torch.tensor([sc.start for sc in items], device=dev)

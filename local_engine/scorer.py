@@ -55,6 +55,7 @@ class ScoreBatch:
         self.chunk_tokens = max(1, chunk_tokens)
         self.block_size = block_size
         cfg = model.cfg
+        self.group = cfg.num_attention_heads // cfg.num_key_value_heads
         param = next(model.parameters())
         self.device = param.device
         self.first_block: list[int] = []
@@ -104,9 +105,9 @@ class ScoreBatch:
                 targets.append(-1)
             width = -(-end // bs)
             blocks = torch.arange(base, base + width, device=dev)
-            # query j sits at position start + j and sees keys up to it
-            mask = (torch.arange(width * bs, device=dev)[None, :]
-                    <= torch.arange(start, end, device=dev)[:, None])
+            # query j sits at position start + j and sees keys up to it; G rows per query
+            last = torch.arange(start, end, device=dev).repeat_interleave(self.group)
+            mask = torch.arange(width * bs, device=dev)[None, :] <= last[:, None]
             meta.prefills.append((row, end - start, blocks, mask))
             owners.append((i, start, row, end - start))
             self._next[i] = end

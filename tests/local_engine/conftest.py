@@ -46,9 +46,14 @@ def engine_dtype() -> torch.dtype:
 
 
 @pytest.fixture()
+def engine_device() -> torch.device:
+    return DEVICE
+
+
+@pytest.fixture()
 def make_engine(hf_model: LlamaForCausalLM) -> Callable[..., Engine]:
-    def make(**kwargs: object) -> Engine:
-        model = from_hf_module(hf_model, DEVICE, DTYPE)
+    def make(dtype: torch.dtype = DTYPE, **kwargs: object) -> Engine:
+        model = from_hf_module(hf_model, DEVICE, dtype)
         config = EngineConfig(**{"kv_cache_mb": 1, "block_size": 4, **kwargs})  # type: ignore[arg-type]
         return Engine(model, decode, config, eos_token_ids=(1,))
 
