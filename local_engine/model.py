@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["KV_CHUNK", "AttentionMeta", "Decodes", "LlamaConfig", "LlamaModel",
-           "invariant_attention"]
+           "invariant_attention", "prefill_mask"]
 
 KV_CHUNK = 256
 """Keys per chunk of :func:`invariant_attention`'s value product (tokens). Contexts padded
@@ -104,6 +104,16 @@ class AttentionMeta:
     block_size: int
     decodes: Decodes | None = None
     prefills: list[tuple[int, int, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+
+def prefill_mask(start: int, end: int, keys: int, group: int,
+                 device: torch.device) -> torch.Tensor:
+    """The causal mask of a prefill chunk at positions [start, end) over ``keys`` keys:
+    [(end - start) * group, keys], True where a query sees a key (query j, at position
+    start + j, sees keys up to it), one row per (query, head of its group) as
+    :meth:`Attention.forward` lays them out."""
+    last = torch.arange(start, end, device=device).repeat_interleave(group)
+    return torch.arange(keys, device=device)[None, :] <= last[:, None]
 
 
 def project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -202,32 +212,36 @@ class Attention(nn.Module):
         k_blocks = k_cache.view(-1, bs * kvh * d)
         v_blocks = v_cache.view(-1, bs * kvh * d)
         out = torch.empty_like(q)
-        dec, g = meta.decodes, h // kvh
+        dec = meta.decodes
         if dec is not None:
-            b, nq = dec.tables.shape[0], dec.q
             qd = q[:dec.rows] if dec.gather is None else q.index_select(0, dec.gather)
-            # Query heads grouped under their key-value head: [B, KVH, Q * G, D] against
-            # keys [B, KVH, L, D], so no key or value is repeated G times (GQA, Ainslie et
-            # al. 2023); head i uses key-value head i // G as in Hugging Face Llama.
-            qd = qd.view(b, nq, kvh, g, d).permute(0, 2, 1, 3, 4).reshape(b, kvh, nq * g, d)
-            flat = dec.tables.flatten()
-            kd = k_blocks.index_select(0, flat).view(b, -1, kvh, d).transpose(1, 2)
-            vd = v_blocks.index_select(0, flat).view(b, -1, kvh, d).transpose(1, 2)
-            od = attend(qd, kd, vd, dec.mask)
-            od = od.view(b, kvh, nq, g, d).permute(0, 2, 1, 3, 4).reshape(b * nq, h, d)
+            od = self._attend_grouped(qd, dec.tables.shape[0], dec.tables.flatten(),
+                                      k_blocks, v_blocks, dec.mask)
             if dec.scatter is None:
                 out[:dec.rows] = od
             else:
                 src, dst = dec.scatter
                 out.index_copy_(0, dst, od.index_select(0, src))
-        for start, n, blocks, mask in meta.prefills:
-            # laid out as the decodes are: [1, KVH, n * G, D], one row per (query, head)
-            qi = q[start:start + n].view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(1, kvh, -1, d)
-            ki = k_blocks.index_select(0, blocks).view(1, -1, kvh, d).transpose(1, 2)
-            vi = v_blocks.index_select(0, blocks).view(1, -1, kvh, d).transpose(1, 2)
-            o = attend(qi, ki, vi, mask[None, None])
-            out[start:start + n] = o.view(kvh, n, g, d).permute(1, 0, 2, 3).reshape(n, h, d)
+        for start, n, blocks, mask in meta.prefills:  # each a group of one sequence
+            out[start:start + n] = self._attend_grouped(q[start:start + n], 1, blocks,
+                                                        k_blocks, v_blocks, mask[None, None])
         return project(self.o_proj, out.reshape(t, h * d))
+
+    def _attend_grouped(self, q: torch.Tensor, b: int, blocks: torch.Tensor,
+                        k_blocks: torch.Tensor, v_blocks: torch.Tensor,
+                        visible: torch.Tensor) -> torch.Tensor:
+        """Attention of ``b`` sequences with Q queries each: q [B * Q, H, D], their contexts'
+        block ids ``blocks`` [B * W], ``visible`` as :func:`attend` takes it; returns
+        [B * Q, H, D]. Query heads are grouped under their key-value head: [B, KVH, Q * G, D]
+        against keys [B, KVH, L, D], so no key or value is repeated G times (GQA, Ainslie et
+        al. 2023); head i uses key-value head i // G as in Hugging Face Llama."""
+        h, kvh, d = self.h, self.kvh, self.d
+        g = h // kvh
+        grouped = q.view(b, -1, kvh, g, d).permute(0, 2, 1, 3, 4).reshape(b, kvh, -1, d)
+        k = k_blocks.index_select(0, blocks).view(b, -1, kvh, d).transpose(1, 2)
+        v = v_blocks.index_select(0, blocks).view(b, -1, kvh, d).transpose(1, 2)
+        o = attend(grouped, k, v, visible)
+        return o.view(b, kvh, -1, g, d).permute(0, 2, 1, 3, 4).reshape(-1, h, d)
 
 
 class MLP(nn.Module):

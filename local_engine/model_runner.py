@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from local_engine.cuda_graphs import DecodeGraphs
-from local_engine.model import KV_CHUNK, AttentionMeta, Decodes, LlamaModel
+from local_engine.model import KV_CHUNK, AttentionMeta, Decodes, LlamaModel, prefill_mask
 from local_engine.sampling import sample
 from local_engine.scheduler import Scheduled
 from local_engine.speculative import verify
@@ -129,9 +129,7 @@ class ModelRunner:
             positions.extend(range(start, end))
             seats.extend([sc.seq.seat] * n)
             blocks = self.tables[sc.seq.seat, :self._width(-(-end // bs))]
-            # query j sits at position start + j and sees keys up to it; G rows per query
-            last = torch.arange(start, end, device=dev).repeat_interleave(self.group)
-            mask = self._arange[:len(blocks) * bs][None, :] <= last[:, None]
+            mask = prefill_mask(start, end, len(blocks) * bs, self.group, dev)
             meta.prefills.append((row, n, blocks, mask))
             if sc.samples:
                 spans[i] = (len(logit_rows), 1)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from local_engine.model import AttentionMeta, LlamaModel
+from local_engine.model import AttentionMeta, LlamaModel, prefill_mask
 
 __all__ = ["ScoreBatch", "encode_text"]
 
@@ -105,9 +105,7 @@ class ScoreBatch:
                 targets.append(-1)
             width = -(-end // bs)
             blocks = torch.arange(base, base + width, device=dev)
-            # query j sits at position start + j and sees keys up to it; G rows per query
-            last = torch.arange(start, end, device=dev).repeat_interleave(self.group)
-            mask = torch.arange(width * bs, device=dev)[None, :] <= last[:, None]
+            mask = prefill_mask(start, end, width * bs, self.group, dev)
             meta.prefills.append((row, end - start, blocks, mask))
             owners.append((i, start, row, end - start))
             self._next[i] = end
