@@ -225,12 +225,17 @@ class PromptCachePolicy:
     enabled: bool = True
     #: Tools sorted by name, their keys (JSON schemas included) sorted.
     sort_tools: bool = True
-    #: Volatile spans of the system prompt and tool descriptions (dates, times, ids,
-    #: counters, ``patterns``) moved to the end of the request.
+    #: Volatile lines of the system prompt moved to the end of the request, verbatim, on
+    #: evidence only: a whole metadata line ("Current date: ...", "Request ID: ..."), a line
+    #: seen to change (``detect_changes``) or holding a match of ``patterns``; never from
+    #: inside a document, list, table, code or JSON; at most 3 lines and 5% of the system
+    #: prompt a request (gateway.prompt_cache.volatile).
     relocate_volatile: bool = True
-    #: Also move lines seen to change between recent requests of the same key and model.
+    #: Also move lines seen to change between recent requests of the same key and model
+    #: whose system prompts were otherwise identical.
     detect_changes: bool = True
-    #: More regexes (Python syntax) whose matches are volatile (kind ``custom``).
+    #: More regexes (Python syntax): a line holding a match is volatile (kind ``custom``),
+    #: under the same rules.
     patterns: tuple[str, ...] = ()
     #: Anthropic upstreams: add cache_control markers (at most 4 in all, the client's kept).
     breakpoints: bool = True

@@ -25,8 +25,9 @@ cache_write_tokens prompt tokens written to it (Anthropic reports them; OpenAI d
 prompt_cache_breakpoints
                    cache markers the ``prompt_cache`` stage added (Anthropic upstreams; 0
                    for others); null when the stage is off
-prompt_cache_moved volatile spans the stage moved to the end of the request, counted by
-                   kind, e.g. ``{"timestamp": 1, "uuid": 1}`` (never their text); null
+prompt_cache_moved volatile lines the stage moved to the end of the request, counted by
+                   kind (timestamp, id, custom, changed), e.g. ``{"timestamp": 1}``
+                   (never their text); null
                    when the stage is off
 finish_reason      from the last choice, in OpenAI's terms (Anthropic's ``stop_reason``
                    mapped: end_turn -> stop, max_tokens -> length, tool_use -> tool_calls)

@@ -3,13 +3,15 @@
 Two bounded LRU tables, both scoped by the gateway key (one key's requests never inform
 another's):
 
-- **Line variants**, per family (gateway key, requested model): the fingerprints of the
-  recent static prefixes' lines (:func:`gateway.prompt_cache.volatile.line_hashes`), at most
-  ``variants`` distinct prefixes a family, and which of their lines were seen to change.
-  :meth:`PromptMemory.changed_lines` aligns a new prefix with its most similar variant
-  (``difflib.SequenceMatcher`` over the fingerprints): lines replaced one for one while most
-  others stay are volatile, and stay volatile in later requests (their new content is
-  aligned with the old, so a line that changes only now and then keeps leaving).
+- **Line variants**, per family (gateway key, requested model): the line fingerprints of
+  the recent system prompts (:func:`gateway.prompt_cache.volatile.fingerprints`), at most
+  ``variants`` distinct prompts a family, and how many times each line was seen to change.
+  :meth:`PromptMemory.changed_lines` compares a new prompt with the variant it is otherwise
+  identical to (as many lines, at most :data:`~gateway.prompt_cache.volatile.MAX_LINES` of
+  them different, line for line): each differing line counts one change. A line seen to
+  change :data:`EVIDENCE` times is volatile, and stays volatile while the prompt around it
+  stays the same. A one-off edit of a prompt (one change) is not evidence; an edit of more
+  lines starts a new variant.
 - **Cached prefixes**, per key: the fingerprint of each prefix the gateway asked Anthropic to
   cache (a hash chain over its blocks, :mod:`gateway.prompt_cache.breakpoints`) and when it
   was last sent, for the 20-block lookback and the ``auto`` TTL.
@@ -25,20 +27,26 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 
-__all__ = ["PromptMemory"]
+from gateway.prompt_cache.volatile import MAX_LINES
+
+__all__ = ["EVIDENCE", "PromptMemory"]
+
+
+#: Changes a line must be seen to make before it counts as volatile.
+EVIDENCE = 2
 
 
 @dataclass(slots=True)
 class _Variant:
     lines: array[int]  # line fingerprints, int64
-    volatile: frozenset[int]  # indices into lines
+    tail: int  # the fingerprint of the lines past max_lines
+    changes: dict[int, int]  # line index -> times seen to change
 
 
 class PromptMemory:
     """``families``: families kept (LRU); ``variants``: prefixes kept a family; ``max_lines``:
-    lines compared a prefix (the rest are not tracked); ``prefixes``: cached-prefix
+    lines compared one by one (the rest as one); ``prefixes``: cached-prefix
     fingerprints kept across all keys (LRU)."""
 
     def __init__(self, *, families: int = 2048, variants: int = 4, max_lines: int = 512,
@@ -54,12 +62,10 @@ class PromptMemory:
     # -- volatile lines ---------------------------------------------------------------------
 
     def changed_lines(self, family: Hashable, lines: Sequence[int]) -> frozenset[int]:
-        """The fingerprints among ``lines`` of lines found to change, and remembers
-        ``lines`` for the family's next request. A prefix is compared with the family's
-        variant sharing most lines, if it shares at least half of them; a change is a run of
-        lines replaced by as many lines, in all at most a quarter of the prefix (or 2 lines),
-        else it is an edit and nothing new is flagged."""
+        """The fingerprints among ``lines`` of lines seen to change (:data:`EVIDENCE` times),
+        and remembers ``lines`` for the family's next request."""
         new = array("q", lines[: self._max_lines])
+        tail = hash(tuple(lines[self._max_lines:]))  # the rest must be the same, as a whole
         variants = self._families.get(family)
         if variants is None:
             variants = []
@@ -68,28 +74,16 @@ class PromptMemory:
                 self._families.popitem(last=False)
         else:
             self._families.move_to_end(family)
-        best = self._closest(variants, new)
-        volatile = frozenset() if best is None else _align(best, new)
+        best, differ = _closest(variants, new, tail)
+        changes: dict[int, int] = {}
         if best is not None:
             variants.remove(best)
-        variants.insert(0, _Variant(new, volatile))
+            changes = dict(best.changes)
+            for j in differ:
+                changes[j] = changes.get(j, 0) + 1
+        variants.insert(0, _Variant(new, tail, changes))
         del variants[self._max_variants:]
-        return frozenset(new[j] for j in volatile)
-
-    @staticmethod
-    def _closest(variants: list[_Variant], new: array[int]) -> _Variant | None:
-        for variant in variants:
-            if variant.lines == new:
-                return variant
-        if not new:
-            return None
-        mine = set(new)
-        best, shared = None, 0
-        for variant in variants:
-            n = len(mine.intersection(variant.lines))
-            if n > shared:
-                best, shared = variant, n
-        return best if shared * 2 >= len(mine) else None
+        return frozenset(new[j] for j, n in changes.items() if n >= EVIDENCE)
 
     # -- cached prefixes --------------------------------------------------------------------
 
@@ -108,19 +102,18 @@ class PromptMemory:
             table.popitem(last=False)
 
 
-def _align(old: _Variant, new: array[int]) -> frozenset[int]:
-    """Indices of ``new`` that are volatile: aligned with a volatile line of ``old``, or
-    replacing one of its lines one for one."""
-    if old.lines == new:
-        return old.volatile
-    carried: set[int] = set()
-    replaced: list[int] = []
-    matcher = SequenceMatcher(None, old.lines, new, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            carried.update(j1 + k for k in range(i2 - i1) if i1 + k in old.volatile)
-        elif op == "replace" and i2 - i1 == j2 - j1:
-            replaced.extend(range(j1, j2))
-    if len(replaced) > max(2, len(new) // 4):
-        return frozenset(carried)  # an edit of the prompt, not a volatile line
-    return frozenset(carried.union(replaced))
+def _closest(variants: list[_Variant], new: array[int], tail: int
+             ) -> tuple[_Variant | None, list[int]]:
+    """The variant ``new`` is otherwise identical to (as many lines, at most
+    :data:`MAX_LINES` differing), the fewest differences first, and where they differ."""
+    best: _Variant | None = None
+    differ: list[int] = []
+    for variant in variants:
+        if len(variant.lines) != len(new) or variant.tail != tail:
+            continue
+        if variant.lines == new:
+            return variant, []
+        mine = [j for j, (a, b) in enumerate(zip(variant.lines, new, strict=True)) if a != b]
+        if len(mine) <= MAX_LINES and (best is None or len(mine) < len(differ)):
+            best, differ = variant, mine
+    return best, differ

@@ -1,28 +1,29 @@
-"""Moving volatile text to the very end of a request, in either API's shape.
+"""Moving volatile lines from the system prompt to the very end of a request, in either
+API's shape.
 
-A changing line anywhere in the system prompt or a tool description sits before the whole
-conversation, so it breaks the cache of everything after it. Taken out
-(:mod:`gateway.prompt_cache.volatile`), it is put back where a later request of the same
-conversation shares nothing anyway: after the last turn.
+A changing line anywhere in the system prompt sits before the whole conversation, so it
+breaks the cache of everything after it. Taken out (:func:`gateway.prompt_cache.volatile.plan`
+says which lines, and what is left of each text), it is put back where a later request of
+the same conversation shares nothing anyway: after the last turn, verbatim, under one
+marker line (:data:`MARKER`) saying where it came from::
 
-- **Anthropic**: a text block at the end of the last user turn (after its tool results,
-  which must come first), so after the rolling cache breakpoint, which sits on the block
-  before it.
-- **OpenAI-compatible** (and the local engine): a final ``user`` message. A user message is
-  what every OpenAI-compatible server and chat template accepts at the end (a late
-  ``system`` message is refused by some templates; the local engine's ChatML one renders
-  consecutive user turns as they are).
+    [From the system prompt, moved here for prompt caching]
+    The current time is 2024-05-15 15:00:00 EST.
 
-Each moved piece says where it came from::
+The block goes into the request's last message, which must be the user's (or, OpenAI, a
+tool result: then it is a user message of its own after it):
 
-    Note from the system prompt: The current time is 2024-05-15 15:00:00 EST.
-    Note from the description of the tool get_time: [note 1] is 2024-05-15
+- **OpenAI-compatible** (and the local engine): a string content gets ``"\\n\\n"`` and the
+  block; a list of parts gets one more text part; after a final ``tool`` message, a final
+  ``user`` message holds the block (a user message after tool results is what every
+  OpenAI-compatible server and chat template accepts; two user messages in a row are not).
+- **Anthropic**: one more text block in the last user turn (after its tool results, which
+  must come first), so after the rolling cache breakpoint, which sits on the block before.
 
-The text it left keeps nothing in place of a whole line or sentence, and a placeholder
-``[note N]`` in place of a span cut out of a long sentence. A system prompt emptied
-completely goes away (an OpenAI system message, an Anthropic ``system``), as does an emptied
-text block, unless the client put a cache marker on it (then it reads "(moved to the end)").
-What is changed is copied; the input body is left as it was. Pure.
+A request ending any other way (an assistant message to continue: a prefill) moves nothing:
+there is no end to put the lines at without changing what is asked. A system text block the
+client marked with ``cache_control`` is left as it is (the client chose that prefix). What
+is changed is copied; the input body is left as it was. Pure.
 """
 
 from __future__ import annotations
@@ -30,183 +31,135 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.prompt_cache.canonical import tool_name
-from gateway.prompt_cache.volatile import Moved
+from gateway.prompt_cache.volatile import Cut, Moved
 
-__all__ = ["Note", "Relocate", "anthropic_append", "anthropic_relocate", "note_text",
-           "openai_append", "openai_relocate", "source_label"]
+__all__ = ["MARKER", "Planner", "anthropic", "anthropic_append", "block_text", "openai",
+           "system_texts"]
 
-#: (source key, text) -> (the text left, what was moved out of it). Source keys:
-#: ``system`` and ``tool:NAME``.
-Relocate = Callable[[str, str], tuple[str, list[Moved]]]
-#: A moved piece and its source key.
-Note = tuple[str, Moved]
+#: The line before the moved lines.
+MARKER = "[From the system prompt, moved here for prompt caching]"
 
-_EMPTIED = "(moved to the end)"
+#: The system prompt's texts -> the cut of each text that loses lines (empty: none).
+Planner = Callable[[list[str]], dict[str, Cut]]
 
 
-def source_label(source: str) -> str:
-    if source.startswith("tool:"):
-        return f"the description of the tool {source[5:]}"
-    return "the system prompt"
+def block_text(moved: list[Moved]) -> str:
+    """What is put at the end: the marker, then the lines, verbatim."""
+    return "\n".join([MARKER, *(m.text for m in moved)])
 
 
-def note_text(notes: list[Note]) -> str:
-    """The text put at the end: one line per moved piece, saying where it came from."""
-    lines = []
-    for source, moved in notes:
-        head = f"Note from {source_label(source)}: "
-        if moved.label is not None:
-            head += f"[note {moved.label}] is "
-        lines.append(head + moved.text)
-    return "\n".join(lines)
+def system_texts(body: dict[str, Any], api: str) -> list[str]:
+    """The system prompt's texts, in order: Anthropic's ``system`` (a string, or its text
+    blocks not marked by the client); OpenAI's leading system and developer messages."""
+    if api == "anthropic":
+        return _texts(body.get("system"), marked=False)
+    texts: list[str] = []
+    for message in _leading(body):
+        texts.extend(_texts(message.get("content"), marked=True))
+    return texts
+
+
+def _leading(body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for message in body.get("messages") or ():
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            break
+        out.append(message)
+    return out
+
+
+def _texts(content: Any, marked: bool) -> list[str]:
+    """The texts of a string or a list of text blocks (parts); ``marked``: blocks carrying
+    ``cache_control`` count too."""
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"
+            and isinstance(b.get("text"), str) and (marked or "cache_control" not in b)]
+
+
+def _cut_content(content: Any, cuts: dict[str, Cut], moved: list[Moved], marked: bool) -> Any:
+    """A system content (a string or text blocks) with its cut texts replaced."""
+    if isinstance(content, str):
+        cut = cuts.get(content)
+        if cut is None:
+            return content
+        moved.extend(cut[1])
+        return cut[0]
+    if not isinstance(content, list):
+        return content
+    out = []
+    for block in content:
+        cut = None
+        if isinstance(block, dict) and block.get("type") == "text" \
+                and isinstance(block.get("text"), str) and (marked or "cache_control" not in block):
+            cut = cuts.get(block["text"])
+        if cut is None:
+            out.append(block)
+        else:
+            moved.extend(cut[1])
+            out.append({**block, "text": cut[0]})
+    return out
 
 
 # -- OpenAI Chat Completions ---------------------------------------------------------------
 
-def openai_relocate(body: dict[str, Any], relocate: Relocate
-                    ) -> tuple[dict[str, Any], list[Note]]:
-    """Volatile text out of the leading system (and developer) messages and the function
-    tools' descriptions."""
-    notes: list[Note] = []
-    out = dict(body)
+def openai(body: dict[str, Any], planner: Planner) -> tuple[dict[str, Any], list[Moved]]:
+    """``body`` with its volatile lines moved to its end, and the lines moved (none: the
+    body as it was)."""
     messages = body.get("messages")
-    if isinstance(messages, list):
-        kept: list[Any] = []
-        leading = True
-        for message in messages:
-            leading = leading and isinstance(message, dict) \
-                and message.get("role") in ("system", "developer")
-            if not leading:
-                kept.append(message)
-                continue
-            content = _content(message.get("content"), relocate, notes)
-            if content is None:
-                kept.append(message)
-            elif content:
-                kept.append({**message, "content": content})
-        if notes:
-            out["messages"] = kept
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        out["tools"] = [_openai_tool(t, relocate, notes) for t in tools]
-    return out, notes
-
-
-def _content(content: Any, relocate: Relocate, notes: list[Note]) -> Any:
-    """A system message's content without its volatile text; None when unchanged, "" or []
-    when nothing is left."""
-    if isinstance(content, str):
-        text, moved = relocate("system", content)
-        if not moved:
-            return None
-        notes.extend(("system", m) for m in moved)
-        return text if text.strip() else ""
-    if isinstance(content, list):
-        parts, changed = [], False
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text" \
-                    and isinstance(part.get("text"), str):
-                text, moved = relocate("system", part["text"])
-                if moved:
-                    changed = True
-                    notes.extend(("system", m) for m in moved)
-                    if text.strip():
-                        parts.append({**part, "text": text})
-                    continue
-            parts.append(part)
-        return parts if changed else None
-    return None
-
-
-def _openai_tool(tool: Any, relocate: Relocate, notes: list[Note]) -> Any:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    if not isinstance(function, dict):
-        return tool
-    described = _described(f"tool:{tool_name(tool)}", function, relocate, notes)
-    return tool if described is None else {**tool, "function": described}
-
-
-def _described(source: str, holder: dict[str, Any], relocate: Relocate,
-               notes: list[Note]) -> dict[str, Any] | None:
-    """``holder`` (a tool, or its ``function``) with the volatile spans of its
-    ``description`` moved out into ``notes``; None when nothing moved."""
-    if not isinstance(holder.get("description"), str):
-        return None
-    text, moved = relocate(source, holder["description"])
-    if not moved:
-        return None
-    notes.extend((source, m) for m in moved)
-    return {**holder, "description": text}
-
-
-def openai_append(body: dict[str, Any], notes: list[Note]) -> dict[str, Any]:
-    """``body`` with the notes as a final user message."""
-    if not notes:
-        return body
-    messages = body.get("messages")
-    messages = list(messages) if isinstance(messages, list) else []
-    return {**body, "messages": [*messages, {"role": "user", "content": note_text(notes)}]}
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) \
+            or messages[-1].get("role") not in ("user", "tool"):
+        return body, []
+    cuts = planner(system_texts(body, "openai"))
+    if not cuts:
+        return body, []
+    moved: list[Moved] = []
+    out = list(messages)
+    for i, message in enumerate(_leading(body)):
+        out[i] = {**message, "content": _cut_content(message.get("content"), cuts, moved, True)}
+    block = block_text(moved)
+    last = out[-1]
+    content = last.get("content")
+    if last.get("role") == "tool":
+        out.append({"role": "user", "content": block})
+    elif isinstance(content, str):
+        out[-1] = {**last, "content": f"{content}\n\n{block}"}
+    elif isinstance(content, list):
+        out[-1] = {**last, "content": [*content, {"type": "text", "text": block}]}
+    else:
+        return body, []
+    return {**body, "messages": out}, moved
 
 
 # -- Anthropic Messages ---------------------------------------------------------------------
 
-def anthropic_relocate(body: dict[str, Any], relocate: Relocate
-                       ) -> tuple[dict[str, Any], list[Note]]:
-    """Volatile text out of ``system`` (a string or text blocks) and the tools'
-    descriptions."""
-    notes: list[Note] = []
-    out = dict(body)
-    system = body.get("system")
-    if isinstance(system, str):
-        text, moved = relocate("system", system)
-        if moved:
-            notes.extend(("system", m) for m in moved)
-            if text.strip():
-                out["system"] = text
-            else:
-                del out["system"]
-    elif isinstance(system, list):
-        blocks = []
-        for block in system:
-            if isinstance(block, dict) and block.get("type") == "text" \
-                    and isinstance(block.get("text"), str):
-                text, moved = relocate("system", block["text"])
-                if moved:
-                    notes.extend(("system", m) for m in moved)
-                    if text.strip() or block.get("cache_control") is not None:
-                        blocks.append({**block, "text": text if text.strip() else _EMPTIED})
-                    continue
-            blocks.append(block)
-        if notes:
-            if blocks:
-                out["system"] = blocks
-            else:
-                del out["system"]
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        out["tools"] = [_anthropic_tool(t, relocate, notes) for t in tools]
-    return out, notes
+def anthropic(body: dict[str, Any], planner: Planner) -> tuple[dict[str, Any], list[Moved]]:
+    """``body`` with its volatile lines taken out of ``system``, and the lines (none: the
+    body as it was); :func:`anthropic_append` then puts them at the end, once the cache
+    markers are placed (so after the rolling one)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) \
+            or messages[-1].get("role") != "user":
+        return body, []
+    content = messages[-1].get("content")
+    if not content or not isinstance(content, str | list):
+        return body, []
+    cuts = planner(system_texts(body, "anthropic"))
+    if not cuts:
+        return body, []
+    moved: list[Moved] = []
+    return {**body, "system": _cut_content(body.get("system"), cuts, moved, False)}, moved
 
 
-def _anthropic_tool(tool: Any, relocate: Relocate, notes: list[Note]) -> Any:
-    if not isinstance(tool, dict):
-        return tool
-    return _described(f"tool:{tool_name(tool)}", tool, relocate, notes) or tool
-
-
-def anthropic_append(body: dict[str, Any], notes: list[Note]) -> dict[str, Any]:
-    """``body`` with the notes as a text block ending its last user message."""
-    if not notes:
+def anthropic_append(body: dict[str, Any], moved: list[Moved]) -> dict[str, Any]:
+    """``body`` (from :func:`anthropic`) with the moved lines ending its last user turn."""
+    if not moved:
         return body
-    messages = list(body["messages"])
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            blocks = list(content) if isinstance(content, list) else \
-                [{"type": "text", "text": content}]
-            blocks.append({"type": "text", "text": note_text(notes)})
-            messages[i] = {**message, "content": blocks}
-            return {**body, "messages": messages}
-    return body  # no user turn (Anthropic requires one): nothing to append to
+    messages = body["messages"]
+    last = messages[-1]
+    content = last["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    blocks.append({"type": "text", "text": block_text(moved)})
+    return {**body, "messages": [*messages[:-1], {**last, "content": blocks}]}

@@ -1,21 +1,29 @@
-"""Volatile spans: what changes from one request to the next inside otherwise stable text.
+"""Volatile lines: what changes from one request to the next in an otherwise stable system
+prompt, found on evidence only.
 
 A timestamp in a system prompt makes every request's prefix new, and the provider's prompt
-cache never hits (Anthropic and OpenAI reuse byte-identical prefixes only). :class:`Detector`
-finds such spans by pattern: ISO 8601 and common date and time formats, weekday and month
-names with a date, epoch timestamps, UUIDs, request and hex ids, counters ("request #123"),
-and the policy's own ``patterns``. :func:`scan` takes them out of a text, keeping what is
-left byte-stable:
+cache never hits (Anthropic and OpenAI reuse byte-identical prefixes only). Moving the line
+to the end of the request keeps the prefix stable; moving the wrong line changes what the
+request means. So a line is volatile only on evidence, one of:
 
-- a short line holding a span (at most :data:`LINE_MAX` characters) leaves whole: the
-  note reads as the line did, and nothing is left in its place;
-- in a longer line, the sentence around the span leaves (at most :data:`SENTENCE_MAX`
-  characters), or else the span alone, replaced by a placeholder ``[note N]`` (N counts
-  within the text) that the note names.
+- **changed** (kind ``changed``): it was seen to change between requests of the same gateway
+  key and model whose system prompts were otherwise identical
+  (:meth:`gateway.prompt_cache.memory.PromptMemory.changed_lines`);
+- **a metadata line** (kinds ``timestamp``, ``id``): the whole line is a known statement of
+  the request's time or id, a label and a value and nothing else: "Current date:
+  2024-05-15", "Today is Wednesday, May 15, 2024.", "The current time is 2024-05-15
+  15:00:00 EST.", "Current date and time (UTC): 15:00", "Request ID: req_01HX9", "Session id
+  = 7f3a9c12" (:data:`TIME_LABEL`, :data:`ID_LABEL` and a date, time or id value);
+- a line holding a match of one of the policy's ``patterns`` (kind ``custom``): the
+  operator's own evidence.
 
-Lines found to change by comparison with recent requests (:mod:`gateway.prompt_cache.memory`)
-leave whole too (:func:`take_lines`, kind ``changed``). What leaves is a :class:`Moved`; the
-caller puts it at the end of the request (:mod:`gateway.prompt_cache.relocate`). Pure.
+And only where moving it is safe (:func:`plan`): the line stands on its own in the system
+prompt (:func:`gateway.prompt_cache.structure.standalone`: never inside a document, list,
+table, code, JSON or tagged block), is at most :data:`LINE_MAX` characters, and leaves its
+text non-empty; and a request moves at most :data:`MAX_LINES` lines, together at most
+:data:`MAX_SHARE` of the system prompt's characters (a token estimate). Past those bounds
+nothing moves at all: so many "volatile" lines are content, not metadata. What moves,
+moves verbatim (:mod:`gateway.prompt_cache.relocate` says where to). Pure.
 """
 
 from __future__ import annotations
@@ -24,288 +32,144 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "LINE_MAX", "SENTENCE_MAX", "Detector", "Moved", "Scan", "line_hashes",
-           "scan", "take_lines"]
+from gateway.prompt_cache.structure import standalone
 
-#: The kinds of moved spans, as the log line counts them: ``timestamp`` (dates, times,
-#: epoch seconds or ms), ``uuid``, ``id`` (request, session, hex and prefixed ids),
-#: ``counter``, ``custom`` (the policy's patterns), ``changed`` (a line seen to change).
-KINDS = ("timestamp", "uuid", "id", "counter", "custom", "changed")
+__all__ = ["ID_LABEL", "KINDS", "LINE_MAX", "MAX_LINES", "MAX_SHARE", "TIME_LABEL", "Cut",
+           "Detector", "Moved", "fingerprints", "plan"]
 
-#: A line holding a span leaves whole when it is at most this long (characters, stripped).
-LINE_MAX = 200
-#: Else the sentence around the span leaves when it is at most this long.
-SENTENCE_MAX = 240
+#: The kinds of moved lines, as the log line counts them.
+KINDS = ("timestamp", "id", "custom", "changed")
 
-_S = r"[ \t]"  # spaces within a line: a span never crosses one
+#: A line longer than this (characters, stripped) never moves.
+LINE_MAX = 160
+#: A request moves at most this many lines...
+MAX_LINES = 3
+#: ... together at most this share of the system prompt's characters.
+MAX_SHARE = 0.05
+
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
-          r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
+          r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
 _WEEKDAY = r"(?:Mon|Tue(?:s)?|Wed(?:nes)?|Thu(?:rs?)?|Fri|Sat(?:ur)?|Sun)(?:day)?\.?"
-_ZONE = rf"(?:{_S}?(?:Z|UTC|GMT|[+-]\d{{2}}(?::?\d{{2}})?|[A-Z]{{2,4}}T?)(?![A-Za-z]))?"
-_TIME = (rf"\d{{1,2}}:\d{{2}}(?::\d{{2}}(?:[.,]\d{{1,9}})?)?"
-         rf"(?:{_S}?(?:[AaPp]\.[Mm]\.|[AaPp][Mm]\b))?{_ZONE}")
-_AT_TIME = rf"(?:,?{_S}+(?:at{_S}+)?{_TIME})?"
+_ZONE = r"(?:\s?(?:Z|UTC|GMT|[+-]\d{2}(?::?\d{2})?|[A-Z]{2,4}T?)(?![A-Za-z]))?"
+_TIME = (r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:\s?(?:[AaPp]\.[Mm]\.|[AaPp][Mm]\b))?"
+         rf"{_ZONE}|\d{{1,2}}\s?(?:am|pm|AM|PM){_ZONE}")
+_AT_TIME = rf"(?:,?\s+(?:at\s+)?(?:{_TIME}))?"
 _ORDINAL = r"(?:st|nd|rd|th)?"
-_YEAR = rf"(?:,?{_S}+\d{{4}})?"
+_YEAR = r"(?:,?\s+\d{4})?"
+_DATE = (rf"\d{{4}}-\d{{2}}-\d{{2}}(?:(?:T|\s+)(?:{_TIME}))?"
+         rf"|(?:\d{{1,2}}/\d{{1,2}}/\d{{2,4}}|\d{{1,2}}\.\d{{1,2}}\.\d{{4}}|\d{{4}}/\d{{2}}/\d{{2}})"
+         rf"{_AT_TIME}"
+         rf"|(?:{_WEEKDAY},?\s+)?(?:{_MONTH}\s+\d{{1,2}}{_ORDINAL}{_YEAR}"
+         rf"|(?:the\s+)?\d{{1,2}}{_ORDINAL}\s+(?:of\s+)?{_MONTH}{_YEAR}|{_MONTH}\s+\d{{4}}){_AT_TIME}")
+#: A date, a time, both, a weekday, or epoch seconds or milliseconds (2017-2033); a weekday
+#: or zone in parentheses may follow.
+_WHEN = (rf"(?:(?:{_DATE})|(?:{_TIME})(?:,?\s+(?:on\s+)?(?:{_DATE}))?|{_WEEKDAY}"
+         rf"|1[5-9]\d{{8}}(?:\d{{3}})?)(?:\s*\((?:{_WEEKDAY}|[A-Za-z /_+-]{{1,40}})\))?")
+_ID = (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+       r"|(?=[\w.:-]*\d)[\w.:-]{4,64}")
 
-#: (kind, regex) tried left to right at each position; dates before the times inside them.
-BUILTIN: tuple[tuple[str, str], ...] = (
-    ("uuid", r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
-    # ISO 8601: 2024-05-15, 2024-05-15T15:00:00Z, 2024-05-15 15:00:00.123 EST
-    ("timestamp", rf"\b\d{{4}}-\d{{2}}-\d{{2}}(?:(?:T|{_S}+){_TIME})?"),
-    # 05/15/2024, 15.05.2024, 2024/05/15, optionally with a time
-    ("timestamp", (rf"\b(?:\d{{1,2}}/\d{{1,2}}/\d{{2,4}}|\d{{1,2}}\.\d{{1,2}}\.\d{{4}}"
-                   rf"|\d{{4}}/\d{{2}}/\d{{2}})\b{_AT_TIME}")),
-    # [Wednesday,] May 15[th][, 2024] | 15 May [2024] | May 2024, optionally at a time
-    ("timestamp", (rf"\b(?:{_WEEKDAY},?{_S}+)?(?:{_MONTH}\.?{_S}+\d{{1,2}}{_ORDINAL}\b{_YEAR}"
-                   rf"|\d{{1,2}}{_ORDINAL}{_S}+{_MONTH}\b\.?{_YEAR}|{_MONTH}\.?{_S}+\d{{4}})"
-                   rf"\b{_AT_TIME}")),
-    ("timestamp", (rf"(?i:\b(?:today|it){_S}+is{_S}+)(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day"
-                   r"\b")),
-    ("timestamp", rf"\b{_TIME}|\b\d{{1,2}}{_S}?(?:am|pm|AM|PM)\b"),
-    # epoch seconds (2017..2033) or milliseconds
-    ("timestamp", r"\b1[5-9]\d{8}(?:\d{3})?\b"),
-    # req_01HX..., call_abc123, msg-9f8e7d...: a known prefix and a token with a digit
-    ("id", (r"\b(?:req|request|msg|chatcmpl|call|run|sess|session|trace|span|toolu|evt|txn"
-            r"|conv|thread|job)[-_](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{6,}\b")),
-    # request id: 7f3a9c..., Session-ID=abc123
-    ("id", (rf"(?i:\b(?:request|session|trace|correlation|conversation|run|span|transaction)"
-            rf"[ _-]?id\b){_S}*[:=#]?{_S}*(?=[\w.-]*\d)[\w.-]{{4,}}")),
-    # hex ids of 12+ digits with both letters and digits (trace ids, hashes)
-    ("id", r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{12,}\b"),
-    # request #123, Requests: 42, turn 7
-    ("counter", rf"\b[A-Za-z]+{_S}?#\d+\b"),
-    ("counter", (rf"(?i:\b(?:requests?|turns?|messages?|calls?|iterations?|attempts?|visits?"
-                 rf"|queries)(?:{_S}*(?:count|number|no\.?|num))?{_S}*[:=]{_S}*)\d+\b")),
-    ("counter", rf"(?i:\b(?:request|turn|iteration|attempt){_S}+(?:number{_S}+)?)\d+\b"),
-)
-
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s)")
+#: Labels of a line stating the request's time: "Current date:", "Today's date is", "The
+#: current time is", "Today is", "Current date and time (UTC):", "Now:", "It is now".
+TIME_LABEL = (r"(?:(?:the\s+)?(?:current|today'?s|present)\s+(?:local\s+|utc\s+)?"
+              r"(?:date\s*(?:and|&|/)\s*time|datetime|date|time|day|timestamp)"
+              r"|(?:the\s+)?(?:date|time)\s+(?:today|now)|today|(?:right\s+)?now|it)")
+#: Labels of a line stating the request's or session's id: "Request ID:", "session_id =".
+ID_LABEL = (r"(?:request|session|trace|correlation|conversation|run|span|transaction|thread"
+            r"|chat)[\s_-]?id")
+_SEPARATOR = r"(?:\s*\([^()]{1,24}\))?(?:\s+is\b|\s*[:=]|\s+-)"
+_DECORATION = r"[*_]{0,2}"
+_LINE = re.compile(
+    rf"\[?{_DECORATION}(?:(?P<time>{TIME_LABEL})|(?P<id>{ID_LABEL}))\s*{_SEPARATOR}"
+    rf"{_DECORATION}(?:\s*(?:now|currently)\b)?\s*{_DECORATION}"
+    rf"(?P<value>.+?){_DECORATION}\s*[.;]?\]?",
+    re.IGNORECASE)
+_WHEN_VALUE = re.compile(_WHEN)
+_ID_VALUE = re.compile(_ID)
 
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """What left a text: ``text`` (a line, a sentence or a span), the ``kinds`` of the spans
-    it held, and ``label`` when a placeholder ``[note N]`` stands in its place."""
+    """A line that leaves the system prompt: its ``text``, verbatim (without its newline),
+    and why (``kind``, one of :data:`KINDS`)."""
 
     text: str
-    kinds: tuple[str, ...]
-    label: int | None = None
+    kind: str
 
 
-@dataclass(frozen=True, slots=True)
-class Scan:
-    """A text after :func:`scan`: its remaining ``lines`` (joined with ``\\n`` they are the
-    new text) and what was ``moved``, in order."""
-
-    lines: tuple[str, ...]
-    moved: tuple[Moved, ...]
+#: A text after :func:`plan`: what is left of it, and the lines that left, in order.
+Cut = tuple[str, tuple[Moved, ...]]
 
 
 class Detector:
-    """Finds volatile spans: the built-in patterns (:data:`BUILTIN`) and ``extra`` regexes
-    (the policy's ``patterns``, kind ``custom``). Raises ``re.error`` for a bad regex.
+    """Tells a metadata line (rules in the module docstring) from any other. ``extra``: the
+    policy's ``patterns`` (kind ``custom``); raises ``re.error`` for a bad one."""
 
-    Every built-in span holds a digit or a weekday's name, so the built-in patterns are
-    tried only where a span holding one may start (a regex of 14 alternatives run at every
-    position costs ~0.5 us a character: 3 ms for a 6 KB system prompt).
-    The ``extra`` regexes run over the whole text: keep them simple.
-    """
+    __slots__ = ("_extra",)
 
-    __slots__ = ("_builtin", "_extra", "_kinds")
-
-    def __init__(self, extra: Sequence[str] = (), builtin: bool = True) -> None:
-        table = BUILTIN if builtin else ()
-        self._kinds = [kind for kind, _ in table]
-        # One capturing group per pattern (the patterns have none of their own): the
-        # group that matched names the kind.
-        self._builtin = re.compile("|".join(f"({regex})" for _, regex in table)) \
-            if table else None
+    def __init__(self, extra: Sequence[str] = ()) -> None:
         self._extra = tuple(re.compile(p) for p in extra)
 
-    def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """Non-overlapping ``(start, end, kind)`` in order; an empty match counts not."""
-        found = self._builtin_spans(text) if self._builtin is not None else []
-        if self._extra:
-            for regex in self._extra:
-                found.extend((m.start(), m.end(), "custom") for m in regex.finditer(text)
-                             if m.end() > m.start())
-            found.sort(key=lambda span: (span[0], -span[1]))
-            merged: list[tuple[int, int, str]] = []
-            for span in found:  # the first of overlapping spans wins
-                if merged and span[0] < merged[-1][1]:
-                    continue
-                merged.append(span)
-            found = merged
-        return found
+    def kind(self, line: str) -> str | None:
+        """``timestamp``, ``id`` or ``custom`` for a metadata line (stripped), else None."""
+        for regex in self._extra:
+            if regex.search(line):
+                return "custom"
+        if not any(c.isdigit() for c in line) and "day" not in line.lower():
+            return None  # every value holds a digit or a weekday: most lines end here
+        m = _LINE.fullmatch(line)
+        if m is None:
+            return None
+        value = m.group("value").strip()
+        if m.group("time") is not None:
+            label = m.group("time").lower()
+            if label == "it" and not value[:1].isdigit() and not re.match(_WEEKDAY, value):
+                return None  # "It is ..." states a time only when the value is one
+            return "timestamp" if _WHEN_VALUE.fullmatch(value) else None
+        return "id" if _ID_VALUE.fullmatch(value) else None
 
-    def _builtin_spans(self, text: str) -> list[tuple[int, int, str]]:
-        assert self._builtin is not None
-        match, kinds = self._builtin.match, self._kinds
-        found: list[tuple[int, int, str]] = []
-        done = 0  # anchors before this offset are inside a span already
-        for anchor in _anchors(text):
-            if anchor < done:
+
+def fingerprints(texts: Sequence[str]) -> list[int]:
+    """One fingerprint per line of ``texts`` (the system prompt's texts, in order), a
+    separator between texts: ``hash(line)``, process-local; no text is kept."""
+    out: list[int] = []
+    for i, text in enumerate(texts):
+        if i:
+            out.append(hash(("\0text", i)))
+        out.extend(hash(line) for line in text.split("\n"))
+    return out
+
+
+def plan(texts: Sequence[str], detector: Detector, changed: Collection[int] = ()
+         ) -> dict[str, Cut]:
+    """The volatile lines to move out of ``texts`` (a system prompt's texts): for each text
+    that loses lines, what is left of it and what left. ``changed``: fingerprints
+    (:func:`fingerprints`) of lines seen to change. Empty when nothing moves, or when the
+    candidates exceed :data:`MAX_LINES` or :data:`MAX_SHARE`."""
+    size = sum(len(text) for text in texts)
+    out: dict[str, Cut] = {}
+    count = moved_chars = 0
+    for text in dict.fromkeys(texts):  # a text given twice is planned once
+        lines = text.split("\n")
+        mine: dict[int, Moved] = {}
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped or len(stripped) > LINE_MAX:
                 continue
-            for start in _starts(text, anchor, done):  # the farthest first: longest wins
-                m = match(text, start)
-                if m is not None and m.end() > anchor:
-                    found.append((start, m.end(), kinds[(m.lastindex or 1) - 1]))
-                    done = m.end()
-                    break
-        return found
-
-
-#: Words a span may begin with before its digit or weekday ("May 15", "request #1",
-#: "Request id: 7f3a", "today is Monday"), lower case; other words are never tried.
-_LEAD = frozenset({
-    "jan", "january", "feb", "february", "mar", "march", "apr", "april", "may", "jun",
-    "june", "jul", "july", "aug", "august", "sep", "sept", "september", "oct", "october",
-    "nov", "november", "dec", "december", "today", "it", "id", "request", "requests",
-    "session", "trace", "correlation", "conversation", "run", "span", "transaction", "turn",
-    "turns", "message", "messages", "call", "calls", "iteration", "iterations", "attempt",
-    "attempts", "visit", "visits", "queries", "count", "number", "no", "num",
-    "request_id", "session_id", "trace_id", "correlation_id", "conversation_id", "run_id",
-    "span_id", "transaction_id"})
-_SEPARATORS = " \t:=#,.-"
-_DIGITS = re.compile(r"[0-9]+")
-_NOT_DIGIT = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_WEEKDAYS = ("Mon", "Tues", "Wednes", "Thurs", "Fri", "Satur", "Sun")
-
-
-def _starts(text: str, anchor: int, done: int) -> list[int]:
-    """Where a span holding ``anchor`` may start, the farthest first: the start of the word
-    holding it, and up to two words before when they may lead a span (:data:`_LEAD`, or a
-    word followed by ``#``). Never before ``done``."""
-    j = anchor
-    while j > done and (text[j - 1].isalnum() or text[j - 1] == "_"):
-        j -= 1
-    starts = [j]
-    end = j
-    for _ in range(2):
-        s = end
-        while s > done and end - s < 3 and text[s - 1] in _SEPARATORS:
-            s -= 1
-        if s == end:
-            break
-        e = s
-        while s > done and (text[s - 1].isalnum() or text[s - 1] == "_"):
-            s -= 1
-        if s == e:
-            break
-        if text[s:e].lower() in _LEAD or "#" in text[e:end]:
-            starts.insert(0, s)
-        end = s
-    return starts
-
-
-def _anchors(text: str) -> list[int]:
-    """Offsets of digit runs and weekday names, in order. ASCII text is searched as bytes
-    with ``bytes.find`` (memchr speed); other text with a regex."""
-    anchors: list[int] = []
-    if text.isascii():
-        digits = text.encode().translate(_NOT_DIGIT)  # digits stay "0", the rest " "
-        find = digits.find
-        i = find(b"0")
-        while i >= 0:
-            anchors.append(i)
-            end = find(b" ", i)
-            if end < 0:
-                break
-            i = find(b"0", end)
-    else:
-        anchors = [m.start() for m in _DIGITS.finditer(text)]
-    i = text.find("day")
-    weekdays = []
-    while i >= 0:
-        for stem in _WEEKDAYS:
-            if text.startswith(stem, i - len(stem)):
-                weekdays.append(i - len(stem))
-                break
-        i = text.find("day", i + 3)
-    if weekdays:
-        anchors = sorted(anchors + weekdays)
-    return anchors
-
-
-def scan(text: str, detector: Detector) -> Scan:
-    """``text`` without its volatile spans (rules in the module docstring)."""
-    spans = detector.spans(text)
-    lines = text.split("\n")
-    if not spans:
-        return Scan(tuple(lines), ())
-    kept: list[str] = []
-    moved: list[Moved] = []
-    label = 0
-    start = i = 0
-    for line in lines:
-        end = start + len(line)
-        mine: list[tuple[int, int, str]] = []
-        while i < len(spans) and spans[i][0] < end + 1:
-            s, e, kind = spans[i]
-            mine.append((s - start, min(e, end) - start, kind))
-            i += 1
-        start = end + 1
+            kind = "changed" if hash(line) in changed else detector.kind(stripped)
+            if kind is not None:
+                mine[i] = Moved(line, kind)
+        if mine:  # where a line stands is read only for the few that could move
+            alone = standalone(lines)
+            mine = {i: m for i, m in mine.items() if alone[i]}
         if not mine:
-            kept.append(line)
             continue
-        if len(line.strip()) <= LINE_MAX:
-            moved.append(Moved(line.strip(), tuple(k for _, _, k in mine)))
-            continue
-        line, label = _cut(line, mine, moved, label)
-        kept.append(line)
-    return Scan(tuple(kept), tuple(moved))
-
-
-def _cut(line: str, spans: list[tuple[int, int, str]], moved: list[Moved],
-         label: int) -> tuple[str, int]:
-    """A long line without its spans: each span's sentence leaves when short enough, else
-    the span leaves and ``[note N]`` takes its place. Returns the line and the last N."""
-    ends = [m.end() for m in _SENTENCE_END.finditer(line)]
-    cuts: list[tuple[int, int, Moved, str]] = []  # (start, end, what left, replacement)
-    for s, e, kind in spans:
-        if cuts and s < cuts[-1][1]:  # in the sentence already cut: one more kind
-            a, b, m, r = cuts[-1]
-            cuts[-1] = (a, b, Moved(m.text, (*m.kinds, kind), m.label), r)
-            continue
-        first = max((b for b in ends if b <= s), default=0)
-        last = min((b for b in ends if b >= e), default=len(line))
-        sentence = line[first:last].strip()
-        if len(sentence) <= SENTENCE_MAX:
-            cuts.append((first, last, Moved(sentence, (kind,)), ""))
-        else:
-            label += 1
-            cuts.append((s, e, Moved(line[s:e], (kind,), label), f"[note {label}]"))
-    out: list[str] = []
-    at = 0
-    for s, e, m, replacement in cuts:
-        piece = line[at:s]
-        if not replacement:  # a sentence left: keep one space between its neighbours
-            piece = piece.rstrip()
-            e += len(line[e:]) - len(line[e:].lstrip())
-            if piece and e < len(line):
-                piece += " "
-        out.append(piece + replacement)
-        moved.append(m)
-        at = e
-    out.append(line[at:])
-    return "".join(out), label
-
-
-def line_hashes(source: str, lines: Sequence[str]) -> list[int]:
-    """Fingerprints of a text's non-blank lines: ``hash((source, line))`` (process-local;
-    no text is kept)."""
-    return [hash((source, line)) for line in lines if line.strip()]
-
-
-def take_lines(source: str, lines: Sequence[str], flagged: Collection[int]
-               ) -> tuple[list[str], list[Moved]]:
-    """``lines`` without those whose fingerprint is in ``flagged`` (kind ``changed``)."""
-    kept: list[str] = []
-    moved: list[Moved] = []
-    for line in lines:
-        if line.strip() and hash((source, line)) in flagged:
-            moved.append(Moved(line.strip(), ("changed",)))
-        else:
-            kept.append(line)
-    return kept, moved
+        left = "\n".join(line for i, line in enumerate(lines) if i not in mine)
+        if not left.strip():
+            continue  # the whole text is metadata: it stays (an emptied text would go)
+        out[text] = (left, tuple(mine.values()))
+        times = texts.count(text)
+        count += len(mine) * times
+        moved_chars += sum(len(m.text) for m in mine.values()) * times
+    if count > MAX_LINES or moved_chars > MAX_SHARE * size:
+        return {}
+    return out

@@ -1,15 +1,17 @@
 """Stage ``prompt_cache``: what each upstream is sent hits the provider's prompt cache more
 often, and means the same.
 
-Chat requests only, from either API. The stage reads the request once (its static
-prefix's volatile spans, and which lines changed since the same key's recent requests for
-the same model) and sets ``ctx.shape_body``: dispatch calls it for each attempt with the
-body in the upstream's format, after any translation, and sends what it returns. What it
-does there, as the policy's ``[prompt_cache]`` enables it: tools in a stable order with
-sorted keys, volatile text moved to the very end of the request with a note saying where it
-came from, Anthropic ``cache_control`` markers placed (at most 4 with the client's, a rolling
-one on the conversation's tail), and OpenAI's ``prompt_cache_key`` set
-(:mod:`gateway.prompt_cache.shape`). With the stage off (not in the pipeline, or
+Chat requests only, from either API. The stage reads the request once (which of its
+system prompt's lines changed since the same key's recent requests for the same model) and
+sets ``ctx.shape_body``: dispatch calls it for each attempt with the body in the upstream's
+format, after any translation, and sends what it returns. What it may change, as the
+policy's ``[prompt_cache]`` enables it, and nothing else (README's "What each stage may
+change"): tools in a stable order with sorted keys, at most 3 volatile lines of the system
+prompt moved verbatim to the very end of the request under one marker line (only on
+evidence: seen to change, or a whole metadata line such as "Current date: ..."; never from
+inside a document, list, table, code or JSON), Anthropic ``cache_control`` markers placed (at
+most 4 with the client's, a rolling one on the conversation's tail), and OpenAI's
+``prompt_cache_key`` set (:mod:`gateway.prompt_cache.shape`). With the stage off (not in the pipeline, or
 ``enabled = false``), ``shape_body`` stays unset and the client's bytes are forwarded as
 they came.
 

@@ -20,6 +20,7 @@ import pytest
 
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
+from gateway.prompt_cache.relocate import MARKER
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
@@ -46,7 +47,16 @@ OPENAI_TOOLS = [{"type": "function", "function": {"name": t["name"],
 
 
 def system(minute: int) -> str:
-    return f"# Airline agent\nThe current time is 2024-05-15 10:{minute:02d}:00 EST.\n{RULES}"
+    return f"# Airline agent\n{time_line(minute)}\n{RULES}"
+
+
+def time_line(minute: int) -> str:
+    return f"The current time is 2024-05-15 10:{minute:02d}:00 EST."
+
+
+def moved(*lines: str) -> str:
+    """The block that ends a request whose system prompt lost ``lines``."""
+    return "\n".join([MARKER, *lines])
 
 
 @pytest.fixture(scope="module")
@@ -167,26 +177,37 @@ def test_a_prompt_too_short_to_cache_is_left_alone(make, fake):
 def test_with_the_stage_on_the_body_differs_only_by_the_enabled_transforms(make, fake, claude):
     gw = make(ANY_LENGTH)
     headers = {"authorization": "Bearer key-a", "content-type": "application/json"}
+    # A system prompt that is only the time stays as it is: moving it would empty it.
     httpx.post(gw.v1 + "/chat/completions", content=RAW_CHAT, headers=headers)
     sent, client = fake.records[-1].json, orjson.loads(RAW_CHAT)
     assert sent.pop("prompt_cache_key").startswith("gw-")
     assert sent["tools"] == client["tools"][::-1]  # sorted by name
-    assert sent["messages"] == [client["messages"][1], {
-        "role": "user", "content": "Note from the system prompt: Now: 2024-05-15 10:00"}]
-    del sent["tools"], sent["messages"], client["tools"], client["messages"]
+    del sent["tools"], client["tools"]
     assert sent == client  # nothing else changed
+    # A longer one: the time line moves to the end of the user's message, verbatim.
+    chat = orjson.loads(RAW_CHAT)
+    chat["messages"][0]["content"] = f"{RULES}\nNow: 2024-05-15 10:00"
+    httpx.post(gw.v1 + "/chat/completions", content=orjson.dumps(chat), headers=headers)
+    sent = fake.records[-1].json
+    assert sent["messages"] == [{"role": "system", "content": RULES},
+                                {"role": "user", "content": "hi\n\n" +
+                                 moved("Now: 2024-05-15 10:00")}]
     # With no minimum length: the rolling marker on the tail, the time after it.
-    httpx.post(gw.url + "/v1/messages", content=RAW_MESSAGES,
+    messages = orjson.loads(RAW_MESSAGES)
+    messages["system"] = f"{RULES}\nNow: 2024-05-15 10:00"
+    httpx.post(gw.url + "/v1/messages", content=orjson.dumps(messages),
                headers={**headers, "anthropic-version": "2023-06-01"})
-    sent, client = claude.records[-1].json, orjson.loads(RAW_MESSAGES)
-    assert list(sent) == ["model", "max_tokens", "tools", "messages"]
+    sent = claude.records[-1].json
+    assert list(sent) == ["model", "max_tokens", "tools", "system", "messages"]
     assert [t["name"] for t in sent["tools"]] == ["a", "b"]
+    assert sent["system"] == [{"type": "text", "text": RULES,
+                               "cache_control": {"type": "ephemeral"}}]
     assert sent["messages"] == [{"role": "user", "content": [
         {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": "Note from the system prompt: Now: 2024-05-15 10:00"}]}]
-    records = gw.logged(2)
+        {"type": "text", "text": moved("Now: 2024-05-15 10:00")}]}]
+    records = gw.logged(3)
     assert [(r["prompt_cache_breakpoints"], r["prompt_cache_moved"]) for r in records] == \
-        [(0, {"timestamp": 1}), (2, {"timestamp": 1})]  # the tools' end and the tail
+        [(0, {}), (0, {"timestamp": 1}), (3, {"timestamp": 1})]
 
 
 def test_other_endpoints_are_not_shaped(make, fake):
@@ -212,8 +233,7 @@ def test_anthropic_sdk_to_claude_gets_markers_and_the_time_after_them(make, clau
                                "cache_control": {"type": "ephemeral"}}]
     assert sent["messages"][0]["content"] == [
         {"type": "text", "text": "Change my flight.", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": "Note from the system prompt: The current time is "
-                                 "2024-05-15 10:00:00 EST."}]
+        {"type": "text", "text": moved(time_line(0))}]
     [record] = gw.logged(1)
     assert record["prompt_cache_breakpoints"] == 2
     assert record["prompt_cache_moved"] == {"timestamp": 1}
@@ -228,7 +248,7 @@ def test_openai_sdk_to_claude_is_shaped_after_translation(make, claude):
     sent = claude.records[-1].json
     assert "prompt_cache_key" not in sent
     assert sent["system"][0]["text"] == "# Airline agent\n" + RULES
-    assert sent["messages"][-1]["content"][-1]["text"].startswith("Note from the system prompt")
+    assert sent["messages"][-1]["content"][-1]["text"] == moved(time_line(0))
     assert gw.logged(1)[0]["prompt_cache_breakpoints"] == 2
 
 
@@ -239,8 +259,7 @@ def test_anthropic_sdk_to_an_openai_upstream_gets_a_final_note_and_a_cache_key(m
                           messages=[{"role": "user", "content": "hi"}])
     sent = sim.records[-1].json
     assert sent["messages"][0] == {"role": "system", "content": "# Airline agent\n" + RULES}
-    assert sent["messages"][-1] == {"role": "user", "content": "Note from the system prompt: "
-                                    "The current time is 2024-05-15 10:00:00 EST."}
+    assert sent["messages"][-1] == {"role": "user", "content": "hi\n\n" + moved(time_line(0))}
     assert sent["prompt_cache_key"].startswith("gw-")
     assert "cache_control" not in orjson.dumps(sent).decode()
 
@@ -256,13 +275,15 @@ def test_each_key_has_its_own_history_and_cache_key(make, fake):
         return dict(fake.records[-1].json)
 
     send("key-a", "sunny")
-    a = send("key-a", "rain")  # changed since key a's last request: moved
+    a = send("key-a", "rain")  # changed once since key a's last request: maybe an edit
+    assert a["messages"][0]["content"] == f"{RULES}\nWeather: rain"
+    a = send("key-a", "snow")  # changed again: volatile, moved
     assert a["messages"][0]["content"] == RULES
-    assert a["messages"][-1]["content"] == "Note from the system prompt: Weather: rain"
-    b = send("key-b", "rain")  # key b has seen nothing: as the client wrote it
-    assert b["messages"][0]["content"] == f"{RULES}\nWeather: rain"
+    assert a["messages"][-1]["content"] == "hi\n\n" + moved("Weather: snow")
+    b = send("key-b", "snow")  # key b has seen nothing: as the client wrote it
+    assert b["messages"][0]["content"] == f"{RULES}\nWeather: snow"
     assert b["prompt_cache_key"] != a["prompt_cache_key"]
-    assert [r["prompt_cache_moved"] for r in gw.logged(3)] == [{}, {"changed": 1}, {}]
+    assert [r["prompt_cache_moved"] for r in gw.logged(4)] == [{}, {}, {"changed": 1}, {}]
 
 
 # -- the caches hit (simulated providers) -------------------------------------------------------
@@ -339,7 +360,7 @@ def test_policy_patterns_move_what_they_match(make, fake):
     gw = make(ANY_LENGTH + 'patterns = ["Weather: \\\\w+"]\n')
     with oclient(gw) as c:
         c.chat.completions.create(model="same", messages=[
-            {"role": "system", "content": "Be brief.\nWeather: sunny"},
+            {"role": "system", "content": f"{RULES}\nWeather: sunny"},
             {"role": "user", "content": "hi"}])
-    assert fake.records[-1].json["messages"][0]["content"] == "Be brief."
+    assert fake.records[-1].json["messages"][0]["content"] == RULES
     assert gw.logged(1)[0]["prompt_cache_moved"] == {"custom": 1}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.prompt_cache.memory import PromptMemory
-from gateway.prompt_cache.volatile import line_hashes
+from gateway.prompt_cache.volatile import fingerprints
 
 BASE = [f"Rule {chr(65 + i)}: be helpful in way {chr(65 + i)}." for i in range(16)]
 FAMILY = ("key-a", "model")
@@ -19,35 +19,41 @@ def prompt(**changes: str) -> list[str]:
 
 def flagged(memory: PromptMemory, lines: list[str], family: object = FAMILY) -> set[str]:
     """The lines ``memory`` finds volatile in this request."""
-    found = memory.changed_lines(family, line_hashes("system", lines))
-    return {line for line in lines if hash(("system", line)) in found}
+    found = memory.changed_lines(family, fingerprints(["\n".join(lines)]))
+    return {line for line in lines if hash(line) in found}
 
 
-def test_a_line_that_changes_while_the_rest_stays_is_volatile_and_stays_so():
+def test_a_line_seen_to_change_twice_is_volatile_and_stays_so():
     memory = PromptMemory()
     assert flagged(memory, prompt(l2="Weather: sunny")) == set()  # nothing to compare with
-    assert flagged(memory, prompt(l2="Weather: rain")) == {"Weather: rain"}
-    # Unchanged now, but it changed before: it keeps leaving (the prefix stays the same).
-    assert flagged(memory, prompt(l2="Weather: rain")) == {"Weather: rain"}
+    assert flagged(memory, prompt(l2="Weather: rain")) == set()  # one change: an edit?
     assert flagged(memory, prompt(l2="Weather: snow")) == {"Weather: snow"}
+    # Unchanged now, but it changed before: it keeps leaving (the prefix stays the same).
+    assert flagged(memory, prompt(l2="Weather: snow")) == {"Weather: snow"}
+    assert flagged(memory, prompt(l2="Weather: fog")) == {"Weather: fog"}
 
 
-def test_several_separate_lines_and_adjacent_ones():
+def test_a_one_off_edit_is_not_volatility():
     memory = PromptMemory()
-    flagged(memory, prompt(l1="a1", l2="b1", l6="c1"))
+    flagged(memory, BASE)
+    for _ in range(3):  # the edited prompt, again and again
+        assert flagged(memory, prompt(l4="Rule E: be terse.")) == set()
+
+
+def test_several_separate_lines():
+    memory = PromptMemory()
+    for n in range(2):
+        flagged(memory, prompt(l1=f"a{n}", l2=f"b{n}", l6=f"c{n}"))
     assert flagged(memory, prompt(l1="a2", l2="b2", l6="c2")) == {"a2", "b2", "c2"}
 
 
-def test_an_edit_of_many_lines_is_not_volatility():
+def test_only_an_otherwise_identical_prompt_is_compared():
     memory = PromptMemory()
     flagged(memory, BASE)
-    edited = prompt(l0="x0", l1="x1", l2="x2", l7="x7", l9="x9")  # more than a quarter
-    assert flagged(memory, edited) == set()
-
-
-def test_an_insertion_is_not_volatility():
-    memory = PromptMemory()
-    flagged(memory, BASE)
+    flagged(memory, prompt(l0="x0"))
+    # More lines than a request may move changed at once: an edit, a new variant.
+    assert flagged(memory, prompt(l0="y0", l1="x1", l2="x2", l7="x7")) == set()
+    # A line inserted: nothing lines up one for one.
     assert flagged(memory, [*BASE[:4], "A new rule.", *BASE[4:]]) == set()
 
 
@@ -55,26 +61,37 @@ def test_a_family_keeps_several_prompts_and_compares_with_the_closest():
     memory = PromptMemory()
     other = [f"Agent two, rule {i}." for i in range(16)]
     flagged(memory, prompt(l3="t1"))
+    flagged(memory, prompt(l3="t2"))
     flagged(memory, other)  # another agent of the same key and model, in between
-    assert flagged(memory, prompt(l3="t2")) == {"t2"}
-    assert flagged(memory, [*other[:5], "changed", *other[6:]]) == {"changed"}
+    assert flagged(memory, prompt(l3="t3")) == {"t3"}
+    flagged(memory, [*other[:5], "changed", *other[6:]])
+    assert flagged(memory, [*other[:5], "changed again", *other[6:]]) == {"changed again"}
 
 
 def test_families_never_share_what_they_saw():
     memory = PromptMemory()
-    flagged(memory, prompt(l2="Weather: sunny"), ("key-a", "m"))
-    flagged(memory, prompt(l2="Weather: rain"), ("key-a", "m"))
+    for weather in ("sunny", "rain", "snow"):
+        flagged(memory, prompt(l2=f"Weather: {weather}"), ("key-a", "m"))
     # Another key (or model) with the same lines starts from nothing.
-    assert flagged(memory, prompt(l2="Weather: rain"), ("key-b", "m")) == set()
-    assert flagged(memory, prompt(l2="Weather: rain"), ("key-a", "m2")) == set()
+    assert flagged(memory, prompt(l2="Weather: fog"), ("key-b", "m")) == set()
+    assert flagged(memory, prompt(l2="Weather: fog"), ("key-a", "m2")) == set()
+
+
+def test_lines_past_max_lines_are_compared_as_one():
+    memory = PromptMemory(max_lines=4)
+    for n in range(3):
+        assert flagged(memory, prompt(l1=f"v{n}")) == ({"v2"} if n == 2 else set())
+    # the tail differs: not the same prompt
+    assert flagged(memory, prompt(l1="v3", l9="tail")) == set()
 
 
 def test_the_tables_are_bounded():
     memory = PromptMemory(families=2, variants=1, prefixes=3)
     flagged(memory, prompt(l2="v1"), "f1")
+    flagged(memory, prompt(l2="v2"), "f1")
     flagged(memory, BASE, "f2")
     flagged(memory, BASE, "f3")  # f1 is forgotten
-    assert flagged(memory, prompt(l2="v2"), "f1") == set()
+    assert flagged(memory, prompt(l2="v3"), "f1") == set()
     for prefix in range(5):
         memory.remember("k", [prefix])
     assert [memory.last_seen("k", p) is not None for p in range(5)] == [False, False, True,

@@ -1,5 +1,5 @@
-"""Relocation in both APIs: volatile text leaves the system prompt and tool descriptions and
-ends the request, saying where it came from; the rest is left as it was."""
+"""Relocation in both APIs: volatile lines leave the system prompt and end the request,
+verbatim, under one marker line; the rest is left as it was."""
 
 from __future__ import annotations
 
@@ -8,37 +8,33 @@ from typing import Any
 
 import pytest
 
-from gateway.prompt_cache.relocate import (
-    anthropic_append,
-    anthropic_relocate,
-    openai_append,
-    openai_relocate,
-)
-from gateway.prompt_cache.volatile import Detector, Moved, scan
+from gateway.prompt_cache import relocate
+from gateway.prompt_cache.relocate import MARKER
+from gateway.prompt_cache.volatile import Cut, Detector, plan
 from gateway.testing.fake_anthropic import validate_request
 
 DETECTOR = Detector()
 TIME = "The current time is 2024-05-15 15:00:00 EST."
-NOTE = f"Note from the system prompt: {TIME}"
-RULES = "You are an airline agent.\nBe brief."
+BLOCK = f"{MARKER}\n{TIME}"
+RULES = "\n".join(f"Rule {i}: help the traveller with booking change {i}, politely."
+                  for i in range(40))
 
 
-def relocate(source: str, text: str) -> tuple[str, list[Moved]]:
-    found = scan(text, DETECTOR)
-    return ("\n".join(found.lines), list(found.moved)) if found.moved else (text, [])
+def planner(texts: list[str]) -> dict[str, Cut]:
+    return plan(texts, DETECTOR)
 
 
 def openai(body: dict[str, Any]) -> dict[str, Any]:
     before = copy.deepcopy(body)
-    out, notes = openai_relocate(body, relocate)
+    out, _ = relocate.openai(body, planner)
     assert body == before  # copies, never changes the client's body
-    return openai_append(out, notes)
+    return out
 
 
 def anthropic(body: dict[str, Any]) -> dict[str, Any]:
     before = copy.deepcopy(body)
-    out, notes = anthropic_relocate(body, relocate)
-    out = anthropic_append(out, notes)
+    out, moved = relocate.anthropic(body, planner)
+    out = relocate.anthropic_append(out, moved)
     assert body == before
     validate_request(out)
     return out
@@ -48,74 +44,89 @@ USER = {"role": "user", "content": "Change my flight."}
 
 
 @pytest.mark.parametrize(("messages", "expected"), [
-    # a system string: the line leaves, a final user message says where it came from
+    # a system string: the line leaves, the end of the user's message holds it verbatim
     ([{"role": "system", "content": f"{RULES}\n{TIME}"}, USER],
-     [{"role": "system", "content": RULES}, USER, {"role": "user", "content": NOTE}]),
-    # content parts, a developer message
-    ([{"role": "developer", "content": [{"type": "text", "text": TIME},
-                                        {"type": "text", "text": RULES}]}, USER],
-     [{"role": "developer", "content": [{"type": "text", "text": RULES}]}, USER,
-      {"role": "user", "content": NOTE}]),
-    # a system message left empty goes away
-    ([{"role": "system", "content": TIME}, {"role": "system", "content": RULES}, USER],
-     [{"role": "system", "content": RULES}, USER, {"role": "user", "content": NOTE}]),
-    # only the leading system messages are the static prefix; later ones are history
-    ([{"role": "system", "content": RULES}, USER, {"role": "system", "content": TIME}],
-     [{"role": "system", "content": RULES}, USER, {"role": "system", "content": TIME}]),
-], ids=["string", "parts", "emptied", "later-system-kept"])
+     [{"role": "system", "content": RULES},
+      {"role": "user", "content": f"Change my flight.\n\n{BLOCK}"}]),
+    # content parts, a developer message, a user message of parts: one more part
+    ([{"role": "developer", "content": [{"type": "text", "text": f"{TIME}\n{RULES}"}]},
+      {"role": "user", "content": [{"type": "text", "text": "Change my flight."}]}],
+     [{"role": "developer", "content": [{"type": "text", "text": RULES}]},
+      {"role": "user", "content": [{"type": "text", "text": "Change my flight."},
+                                   {"type": "text", "text": BLOCK}]}]),
+    # after tool results: a user message of its own
+    ([{"role": "system", "content": f"{RULES}\n{TIME}"}, USER,
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                            "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+     [{"role": "system", "content": RULES}, USER,
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                            "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+      {"role": "user", "content": BLOCK}]),
+], ids=["string", "parts", "after-tool"])
 def test_openai_system_prompts(messages, expected):
     assert openai({"model": "m", "messages": messages})["messages"] == expected
 
 
-def test_openai_tool_descriptions_and_nothing_to_move():
+@pytest.mark.parametrize("messages", [
+    # a system message that is only the time: moving it would empty it
+    [{"role": "system", "content": TIME}, {"role": "system", "content": RULES}, USER],
+    # only the leading system messages are the static prefix; later ones are history
+    [{"role": "system", "content": RULES}, USER, {"role": "system", "content": TIME}],
+    # an assistant message to continue (a prefill): no end to put the time at
+    [{"role": "system", "content": f"{RULES}\n{TIME}"}, USER,
+     {"role": "assistant", "content": "Sure,"}],
+    # nothing volatile
+    [{"role": "system", "content": RULES}, USER],
+], ids=["whole-message", "later-system", "prefill", "nothing"])
+def test_openai_bodies_left_as_they_came(messages):
+    body = {"model": "m", "messages": messages}
+    assert openai(body) == body
+
+
+def test_tool_descriptions_are_never_touched():
     tools = [{"type": "function", "function": {
-        "name": "now", "description": "Clock.\nIt is 10:42 now.", "parameters": {}}}]
-    out = openai({"model": "m", "messages": [USER], "tools": tools})
-    assert out["tools"][0]["function"]["description"] == "Clock."
-    assert out["messages"][-1] == {"role": "user", "content":
-                                   "Note from the description of the tool now: It is 10:42 now."}
-    plain = {"model": "m", "messages": [{"role": "system", "content": RULES}, USER]}
-    assert openai(plain) == plain
-
-
-def test_a_placeholder_is_named_in_the_note():
-    text = "Rules: " + "be kind, " * 40 + "prices as of 2024-05-15 apply, " + "be kind " * 20
-    out = openai({"model": "m", "messages": [{"role": "system", "content": text}, USER]})
-    assert "prices as of [note 1] apply" in out["messages"][0]["content"]
-    assert out["messages"][-1]["content"] == \
-        "Note from the system prompt: [note 1] is 2024-05-15"
+        "name": "now", "description": f"Clock.\n{TIME}", "parameters": {}}}]
+    body = {"model": "m", "messages": [{"role": "system", "content": RULES}, USER],
+            "tools": tools}
+    assert openai(body) == body
 
 
 @pytest.mark.parametrize(("system", "expected"), [
     (f"{RULES}\n{TIME}", RULES),
-    (TIME, None),  # nothing left: no system
-    ([{"type": "text", "text": TIME}, {"type": "text", "text": RULES}],
-     [{"type": "text", "text": RULES}]),
-    # a block the client marked is kept, so its marker is not lost
-    ([{"type": "text", "text": TIME, "cache_control": {"type": "ephemeral"}}],
-     [{"type": "text", "text": "(moved to the end)", "cache_control": {"type": "ephemeral"}}]),
-], ids=["string", "emptied", "blocks", "marked-block"])
+    ([{"type": "text", "text": f"{TIME}\n{RULES}"}, {"type": "text", "text": "Be brief."}],
+     [{"type": "text", "text": RULES}, {"type": "text", "text": "Be brief."}]),
+], ids=["string", "blocks"])
 def test_anthropic_system_prompts(system, expected):
     out = anthropic({"model": "m", "max_tokens": 8, "system": system, "messages": [USER]})
-    assert out.get("system") == expected
+    assert out["system"] == expected
     assert out["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": "Change my flight."}, {"type": "text", "text": NOTE}]}]
+        {"type": "text", "text": "Change my flight."}, {"type": "text", "text": BLOCK}]}]
 
 
-def test_anthropic_notes_end_the_last_user_turn_after_its_tool_results():
+@pytest.mark.parametrize("system", [
+    TIME,  # nothing would be left
+    # a block the client marked for caching is the client's choice of prefix
+    [{"type": "text", "text": f"{RULES}\n{TIME}", "cache_control": {"type": "ephemeral"}}],
+], ids=["only-time", "marked-block"])
+def test_anthropic_system_prompts_left_alone(system):
+    body = {"model": "m", "max_tokens": 8, "system": system, "messages": [USER]}
+    assert anthropic(body) == body
+
+
+def test_anthropic_block_ends_the_last_user_turn_after_its_tool_results():
     messages = [USER,
                 {"role": "assistant", "content": [
                     {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}]},
                 {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
-                {"role": "assistant", "content": "Your flight"}]  # a prefill
-    tools = [{"name": "now", "description": "Session id: 4f3a9c1b2d8e",
-              "input_schema": {"type": "object"}}]
-    out = anthropic({"model": "m", "max_tokens": 8, "system": TIME, "tools": tools,
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]
+    out = anthropic({"model": "m", "max_tokens": 8, "system": f"{RULES}\n{TIME}",
                      "messages": messages})
-    assert out["tools"][0]["description"] == ""
-    assert out["messages"][:2] == messages[:2] and out["messages"][3] == messages[3]
+    assert out["messages"][:2] == messages[:2]
     assert out["messages"][2]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"},
-        {"type": "text", "text": NOTE + "\nNote from the description of the tool now: "
-                                        "Session id: 4f3a9c1b2d8e"}]
+        {"type": "text", "text": BLOCK}]
+    prefill = {"model": "m", "max_tokens": 8, "system": f"{RULES}\n{TIME}",
+               "messages": [USER, {"role": "assistant", "content": "Your flight"}]}
+    assert anthropic(prefill) == prefill

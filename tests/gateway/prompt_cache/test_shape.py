@@ -10,13 +10,15 @@ import pytest
 from gateway.formats.anthropic_openai import anthropic_request
 from gateway.policy import PromptCachePolicy
 from gateway.prompt_cache.memory import PromptMemory
-from gateway.prompt_cache.shape import Shaping, static_texts
+from gateway.prompt_cache.relocate import MARKER, system_texts
+from gateway.prompt_cache.shape import Shaping
 from gateway.requestlog import RequestRecord
 from gateway.stages.prompt_cache import settings
 from gateway.testing.fake_anthropic import validate_request
 
 RULES = "\n".join(f"Rule {i}: help the traveller with their booking number {i}."
                   for i in range(30))
+NOW = "Current time: 2024-05-15 10:00"
 TOOLS = [{"type": "function", "function": {
     "name": n, "description": f"The {n} tool.",
     "parameters": {"type": "object", "properties": {"b": {"type": "string"},
@@ -55,12 +57,11 @@ class Gateway:
 
 def test_openai_bodies_get_tools_sorted_the_time_moved_and_a_cache_key():
     gw = Gateway()
-    out, rec = gw.shape(chat(system=RULES + "\nNow: 2024-05-15 10:00"))
+    out, rec = gw.shape(chat(system=f"{RULES}\n{NOW}"))
     assert [t["function"]["name"] for t in out["tools"]] == ["book", "cancel", "search"]
     assert list(out["tools"][0]["function"]["parameters"]["properties"]) == ["a", "b"]
     assert out["messages"][0]["content"] == RULES
-    assert out["messages"][-1] == {"role": "user", "content":
-                                   "Note from the system prompt: Now: 2024-05-15 10:00"}
+    assert out["messages"][-1] == {"role": "user", "content": f"question 0\n\n{MARKER}\n{NOW}"}
     assert out["prompt_cache_key"].startswith("gw-") and len(out["prompt_cache_key"]) == 19
     assert (rec.prompt_cache_breakpoints, rec.prompt_cache_moved) == (0, {"timestamp": 1})
 
@@ -76,6 +77,8 @@ def test_the_cache_key_follows_the_static_prefix_and_the_gateway_key():
     assert key(chat(system=RULES + "\nNow: 11:30", turns=3, tools=TOOLS[::-1])) == first
     assert key(chat(system="Another agent.")) != first
     assert key(chat(system=RULES + "\nNow: 10:00"), key="k2") != first
+    # A time that cannot move (here inside a list) is part of the prefix.
+    assert key(chat(system=RULES + "\n- Now: 10:00")) != key(chat(system=RULES + "\n- Now: 11:30"))
     assert key(chat(prompt_cache_key="mine")) == "mine"  # the client's own stays
     assert "prompt_cache_key" not in Gateway(openai_cache_key=False).shape(chat())[0]
     assert "prompt_cache_key" not in gw.shape(chat(), api="anthropic")[0]
@@ -84,7 +87,7 @@ def test_the_cache_key_follows_the_static_prefix_and_the_gateway_key():
 def test_with_every_transform_off_the_body_is_the_clients():
     gw = Gateway(sort_tools=False, relocate_volatile=False, breakpoints=False,
                  openai_cache_key=False)
-    body = chat(system=RULES + "\nNow: 2024-05-15 10:00")
+    body = chat(system=f"{RULES}\n{NOW}")
     assert gw.shape(body)[0] == body
     out, rec = gw.shape(body, api="anthropic")
     assert out == anthropic_request(body, "claude-x", 64)
@@ -93,20 +96,22 @@ def test_with_every_transform_off_the_body_is_the_clients():
 
 def test_a_line_that_changes_between_requests_moves_only_for_that_key():
     gw = Gateway()
-    gw.shape(chat(system=RULES + "\nWeather: sunny"))
-    out, rec = gw.shape(chat(system=RULES + "\nWeather: rain", turns=2))
+    for weather in ("sunny", "rain"):  # seen to change once: not yet evidence
+        out, rec = gw.shape(chat(system=f"{RULES}\nWeather: {weather}"))
+        assert out["messages"][0]["content"] == f"{RULES}\nWeather: {weather}"
+    out, rec = gw.shape(chat(system=RULES + "\nWeather: snow", turns=2))
     assert out["messages"][0]["content"] == RULES
-    assert out["messages"][-1]["content"] == "Note from the system prompt: Weather: rain"
+    assert out["messages"][-1]["content"] == f"question 1\n\n{MARKER}\nWeather: snow"
     assert rec.prompt_cache_moved == {"changed": 1}
     # Another key saw none of it: its first request is sent as the client wrote it.
-    other, rec = gw.shape(chat(system=RULES + "\nWeather: rain"), key="k2")
-    assert other["messages"][0]["content"] == RULES + "\nWeather: rain"
+    other, rec = gw.shape(chat(system=RULES + "\nWeather: snow"), key="k2")
+    assert other["messages"][0]["content"] == RULES + "\nWeather: snow"
     assert rec.prompt_cache_moved == {}
 
 
 def test_anthropic_bodies_translated_from_openai_get_markers_and_the_note_last():
     gw = Gateway(default_min_tokens=50)
-    body = chat(system=RULES + "\nNow: 2024-05-15 10:00", turns=2)
+    body = chat(system=f"{RULES}\n{NOW}", turns=2)
     out, rec = gw.shape(body, api="anthropic")
     assert list(out)[:5] == ["model", "max_tokens", "tools", "system", "messages"]
     assert out["system"] == [{"type": "text", "text": RULES,
@@ -114,8 +119,7 @@ def test_anthropic_bodies_translated_from_openai_get_markers_and_the_note_last()
     assert "cache_control" in out["tools"][-1] and out["tools"][-1]["name"] == "search"
     last = out["messages"][-1]["content"]
     assert last == [{"type": "text", "text": "question 1", "cache_control": {"type": "ephemeral"}},
-                    {"type": "text", "text": "Note from the system prompt: "
-                                             "Now: 2024-05-15 10:00"}]
+                    {"type": "text", "text": f"{MARKER}\n{NOW}"}]
     assert (rec.prompt_cache_breakpoints, rec.prompt_cache_moved) == (3, {"timestamp": 1})
 
 
@@ -131,10 +135,8 @@ def test_the_lookback_marker_comes_from_this_keys_own_history():
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-def test_static_texts_read_either_api(api):
+def test_system_texts_read_either_api(api):
     body = chat(system=RULES)
     if api == "anthropic":
         body = anthropic_request(body, "c", 8)
-    assert static_texts(body, api) == [("system", RULES), ("tool:book", "The book tool."),
-                                       ("tool:cancel", "The cancel tool."),
-                                       ("tool:search", "The search tool.")]
+    assert system_texts(body, api) == [RULES]

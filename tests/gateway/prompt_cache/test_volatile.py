@@ -1,123 +1,128 @@
-"""Volatile spans: what the patterns find and leave alone, and what a scan leaves behind."""
+"""Volatile lines: which whole lines count as metadata, and what a plan moves and leaves."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
 from gateway.prompt_cache.volatile import (
-    BUILTIN,
     LINE_MAX,
+    MAX_LINES,
     Detector,
     Moved,
-    line_hashes,
-    scan,
-    take_lines,
+    fingerprints,
+    plan,
 )
 
 DETECTOR = Detector()
+RULES = "\n".join(f"Rule {i}: help the traveller with booking change {i}, politely."
+                  for i in range(40))
+TIME = "The current time is 2024-05-15 15:00:00 EST."
 
 
-@pytest.mark.parametrize(("text", "span", "kind"), [
-    ("The current time is 2024-05-15 15:00:00 EST.", "2024-05-15 15:00:00 EST", "timestamp"),
-    ("now: 2024-05-15T15:00:00.123Z", "2024-05-15T15:00:00.123Z", "timestamp"),
-    ("Date: 05/15/2024", "05/15/2024", "timestamp"),
-    ("Datum: 15.05.2024, 14:30", "15.05.2024, 14:30", "timestamp"),
-    ("Date: Wednesday, May 15th, 2024 at 3:04 PM.", "Wednesday, May 15th, 2024 at 3:04 PM",
-     "timestamp"),
-    ("as of 15 March 2024", "15 March 2024", "timestamp"),
-    ("Knowledge cutoff: May 2024", "May 2024", "timestamp"),
-    ("Remember: it is Monday", "it is Monday", "timestamp"),
-    ("Local time 09:41", "09:41", "timestamp"),
-    ("Call back at 3pm", "3pm", "timestamp"),
-    ("ts=1715785200", "1715785200", "timestamp"),
-    ("ts=1715785200123", "1715785200123", "timestamp"),
-    ("uuid 123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-426614174000",
-     "uuid"),
-    ("Request id: 7f3a9c1b2d", "Request id: 7f3a9c1b2d", "id"),
-    ("session_id=ab12cd34", "session_id=ab12cd34", "id"),
-    ("trace 4bf92f3577b34da6a3ce929d0e0e4736", "4bf92f3577b34da6a3ce929d0e0e4736", "id"),
-    ("reply to msg_01XFDUDYJgAACzvnptvVoYEL", "msg_01XFDUDYJgAACzvnptvVoYEL", "id"),
-    ("This is request #123.", "request #123", "counter"),
-    ("Requests: 42", "Requests: 42", "counter"),
-    ("turn count: 5", "turn count: 5", "counter"),
-    ("We are at turn 7 now", "turn 7", "counter"),
+@pytest.mark.parametrize(("line", "kind"), [
+    (TIME, "timestamp"),
+    ("Current date: 2024-05-15", "timestamp"),
+    ("Current date and time (UTC): 2024-05-15T10:00:00.123Z", "timestamp"),
+    ("**Current date:** 2024-05-15", "timestamp"),
+    ("[Current date: 2024-05-15]", "timestamp"),
+    ("Today is Wednesday, May 15, 2024.", "timestamp"),
+    ("Today is Monday", "timestamp"),
+    ("Today's date is May 15th, 2024", "timestamp"),
+    ("The current date is Wednesday, 15 May 2024.", "timestamp"),
+    ("The date today is 15/05/2024.", "timestamp"),
+    ("Now: 10:30 AM PST", "timestamp"),
+    ("It is 3 pm.", "timestamp"),
+    ("Current time: 1715785200", "timestamp"),
+    ("The current time is now 09:41.", "timestamp"),
+    ("Request ID: req_01HX9ABCDEF", "id"),
+    ("Session id = 7f3a9c12", "id"),
+    ("trace_id: 123e4567-e89b-12d3-a456-426614174000", "id"),
 ])
-def test_the_patterns_find_dates_times_ids_and_counters(text, span, kind):
-    [(start, end, found)] = DETECTOR.spans(text)
-    assert (text[start:end], found) == (span, kind)
+def test_metadata_lines_are_a_label_and_a_time_or_id(line, kind):
+    assert DETECTOR.kind(line) == kind
 
 
-@pytest.mark.parametrize("text", [
-    "Step 1: greet the user.",
+@pytest.mark.parametrize("line", [
+    # document text holding a date is not a statement of the request's time
+    "Super Bowl LII took place on February 4, 2018 at U.S. Bank Stadium.",
+    "Document [3](Title: Super Bowl LII) It was played on February 4, 2018.",
+    "He was born January 2, 1926 in Ohio.",
+    "It was May 15, 2018.",
+    "It is 2018.",
+    "Knowledge cutoff: 2023-10",  # not the request's time
+    "Date: Mon, 4 Feb 2018",  # an e-mail header, not a label we know
+    "Today is a good day.",
+    "The current time is shown on the clock.",
+    "Current date: see below",
+    "Request ID: abc",  # an id holds a digit
     "The refund goes back in 5 to 7 business days.",
     "Cancel within 24 hours of booking.",
-    "Requires Python 3.11.2 or later.",
-    "The office is closed on Sunday.",
-    "A ratio of 16:9.",
-    "$100 times the number of passengers.",
-    "Use session_management for that.",
-    "You may 2 times ask.",
 ])
-def test_stable_text_is_left_alone(text):
-    assert DETECTOR.spans(text) == []
+def test_other_lines_are_not(line):
+    assert DETECTOR.kind(line) is None
 
 
-def test_the_fast_path_finds_what_one_big_regex_would():
-    # Spans are looked for only near digits and weekday names; the same texts through the
-    # plain alternation of every pattern give the same spans.
-    every = re.compile("|".join(f"({regex})" for _, regex in BUILTIN))
-    texts = ["Today is Wednesday, May 15th, 2024 at 3:04 PM. Ticket #45, request number 7.",
-             "héllo 2024-01-01 ü, ids deadbeefcafebabe12 and call_abc123def (2024-05-15)",
-             "Sep. 5 and 5 Sep 2024; 12/31/99 then 23:59:59+02:00; ratio 4:3"]
-    for text in texts:
-        assert [s[:2] for s in DETECTOR.spans(text)] == [m.span() for m in every.finditer(text)]
+def test_policy_patterns_mark_lines_holding_a_match():
+    detector = Detector([r"Weather: \w+"])
+    assert detector.kind("Weather: sunny") == "custom"
+    assert detector.kind("Be brief.") is None
 
 
-def test_policy_patterns_add_custom_spans_and_overlaps_go_to_the_first():
-    detector = Detector([r"Weather: \w+", r"\d{4}-\d{2}"])
-    assert detector.spans("Weather: sunny. Date 2024-05-15.") == [
-        (0, 14, "custom"), (21, 31, "timestamp")]
-    assert Detector([r"x*"]).spans("abc") == []  # empty matches count not
+def test_a_metadata_line_standing_alone_moves_and_the_rest_is_left_byte_for_byte():
+    text = f"# Policy\n\n{TIME}\n\n{RULES}"
+    assert plan([text], DETECTOR) == {
+        text: (f"# Policy\n\n\n{RULES}", (Moved(TIME, "timestamp"),))}
 
 
-def test_a_short_line_leaves_whole_and_nothing_is_left_in_its_place():
-    text = "# Policy\n\nThe current time is 2024-05-15 15:00:00 EST.\n\nBe kind."
-    found = scan(text, DETECTOR)
-    assert "\n".join(found.lines) == "# Policy\n\n\nBe kind."
-    assert found.moved == (Moved("The current time is 2024-05-15 15:00:00 EST.",
-                                 ("timestamp",)),)
+@pytest.mark.parametrize("where", [
+    "- {line}",  # a list item
+    "  {line}",  # indented
+    "| {line} | x |",  # a table row
+    "```\n{line}\n```",  # code
+    "{{\n  \"now\": 1,\n{line}\n}}",  # inside JSON
+    "<document>\n{line}\n</document>",  # inside a tagged section
+    "Document [2](Title: Log)\n{line}",  # a document's paragraph
+    "> {line}",  # a quote
+])
+def test_a_metadata_line_inside_a_structure_stays(where):
+    text = f"{RULES}\n\n" + where.format(line=TIME) + "\n\nBe kind."
+    assert plan([text], DETECTOR) == {}
 
 
-def test_a_long_line_loses_the_sentence_around_the_span():
-    head = "You are a support agent for Acme and you answer briefly. " * 3
-    text = head + "Today is 2024-05-15. Always be polite."
-    assert len(text) > LINE_MAX
-    found = scan(text, DETECTOR)
-    assert found.lines == (head + "Always be polite.",)
-    assert found.moved == (Moved("Today is 2024-05-15.", ("timestamp",)),)
+def test_retrieval_documents_holding_dates_stay_where_they_are():
+    docs = "\n".join(
+        f"Document [{i}](Title: Event {i}) The event took place on February {i}, 2018 at "
+        f"the stadium, and the current date is {i} May 2024." for i in range(1, 21))
+    text = ("Write a high-quality answer for the given question using only the provided "
+            f"search results (some of which might be irrelevant).\n\n{docs}")
+    assert plan([text], DETECTOR) == {}
 
 
-def test_a_span_in_a_very_long_sentence_leaves_a_numbered_placeholder():
-    text = "Intro " + "word " * 60 + "as of 2024-05-15 and id 4bf92f3577b34da6 " + \
-        "more " * 60 + "end."
-    found = scan(text, DETECTOR)
-    assert "as of [note 1] and id [note 2] more" in found.lines[0]
-    assert found.moved == (Moved("2024-05-15", ("timestamp",), 1),
-                           Moved("4bf92f3577b34da6", ("id",), 2))
+def test_past_the_bounds_nothing_moves_at_all():
+    stamps = [f"Current time: 10:0{i}" for i in range(MAX_LINES + 1)]
+    assert plan(["\n".join([*stamps, RULES])], DETECTOR) == {}  # too many lines
+    assert plan(["\n".join([*stamps[:MAX_LINES], RULES])], DETECTOR) != {}
+    short = "Be brief and kind to every traveller.\n" + TIME  # over 5% of the prompt
+    assert plan([short], DETECTOR) == {}
+    long_line = "Current date: 2024-05-15 " + "x" * LINE_MAX
+    assert plan([f"{RULES}\n{long_line}"], DETECTOR) == {}
 
 
-def test_a_text_without_spans_scans_to_its_own_lines():
-    found = scan("a\nb\n", DETECTOR)
-    assert found.lines == ("a", "b", "") and found.moved == ()
+def test_a_text_that_is_only_metadata_stays_and_others_are_counted_together():
+    assert plan([TIME, RULES], DETECTOR) == {}  # moving it would empty its message
+    both = f"{RULES}\n{TIME}"
+    cut = plan([both, "Current date: 2024-05-15\n" + RULES], DETECTOR)
+    assert [moved for _, moved in cut.values()] == [
+        (Moved(TIME, "timestamp"),), (Moved("Current date: 2024-05-15", "timestamp"),)]
 
 
-def test_flagged_lines_leave_whole_as_changed():
-    lines = ["Be brief.", "Weather: sunny", ""]
-    flagged = set(line_hashes("system", ["Weather: sunny"]))
-    kept, moved = take_lines("system", lines, flagged)
-    assert kept == ["Be brief.", ""] and moved == [Moved("Weather: sunny", ("changed",))]
-    # The same line from another source is another fingerprint.
-    assert take_lines("tool:x", lines, flagged) == (lines, [])
-    assert line_hashes("system", ["a", " ", ""]) == [hash(("system", "a"))]
+def test_lines_seen_to_change_move_as_changed_under_the_same_rules():
+    text = f"{RULES}\nWeather: rain\n- Weather: rain"
+    changed = {hash("Weather: rain"), hash("- Weather: rain")}  # a list item never moves
+    assert plan([text], DETECTOR, changed) == {
+        text: (f"{RULES}\n- Weather: rain", (Moved("Weather: rain", "changed"),))}
+
+
+def test_fingerprints_are_one_per_line_with_a_separator_between_texts():
+    assert len(fingerprints(["a\nb", "c"])) == 4
+    assert fingerprints(["a"]) == [hash("a")]
