@@ -172,6 +172,10 @@ def create_app(
         "/v1/messages": ModelEndpoint(gw, "chat", "/v1/messages", ANTHROPIC, "/v1/messages"),
         "/v1/messages/count_tokens": CountTokens(gw),
     }
+    # The series the dashboard and the alert rules read, at 0 before any traffic.
+    gw.metrics.start_at_zero(
+        routes=hot, models=(t.model for m in gw.models.routes.values() for t in m.targets),
+        upstreams=gw.upstreams, rate_limit_redis=gw.rate_limiter.redis is not None)
     passthrough = Passthrough(gw)
     routes = [Route(path, handler, methods=["POST"]) for path, handler in hot.items()] + [
         Route("/v1/models", _authenticated(gw, models), methods=["GET"]),

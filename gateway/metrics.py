@@ -5,13 +5,19 @@ ms. Per-request series are plain counters that :class:`RequestCollector` turns i
 families at scrape time: prometheus-client's own Histogram takes a lock per bucket update,
 which cost ~25 us of the gateway's ~55 us of per-request work (the whole request path runs
 on one event-loop thread, so no lock is needed). prometheus-client still does the exposition.
+
+Every series the Grafana dashboard and the alert rules (deploy/) read exists from start-up,
+at 0 for each label value the gateway knows before any traffic (:meth:`Metrics.start_at_zero`
+and the constants below), so that a panel or a ``rate()`` alert reads 0, not "no data"
+(https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics). Label values
+that only traffic tells (a passthrough path, an upstream's own error type) appear when seen.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import (
@@ -24,12 +30,59 @@ from prometheus_client.registry import Collector
 
 from gateway.requestlog import RequestRecord
 
+if TYPE_CHECKING:
+    from gateway.policy import RoutingPolicy
+
+_K = TypeVar("_K")
+
 __all__ = ["Metrics", "RequestCollector"]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.015, 0.025,
                     0.05, 0.1, 0.25, 1.0)
+
+# The label values started at 0 (see the module docstring), each list beside its label's
+# metric; what sets the label is named, so that a new value is added here too.
+
+#: gateway_requests_total{status}: "200" only. The dashboard groups by status but selects
+#: none, and the alert rules read failures and sheds from gateway_errors_total and
+#: gateway_shed_total, so one status per (route, model) gives every panel and rule its 0;
+#: an error status per pair would multiply the series for no query.
+STATUSES = ("200",)
+#: gateway_tokens_total{kind}: the RequestRecord counts :meth:`Metrics.observe` adds, in
+#: its order (prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens).
+TOKEN_KINDS = ("prompt", "completion", "cached", "cache_write")
+#: gateway_errors_total{type}: the ``type`` of each error in gateway.errors (the base's
+#: ``server_error`` included; RateLimited's is the limit that refused: requests or tokens).
+#: The rules' error ratio leaves out the client's mistakes and overloaded_error; the rest
+#: are its numerator. An upstream's own error type passes through as it is, when seen.
+ERROR_TYPES = ("invalid_request_error", "authentication_error", "permission_error",
+               "upstream_error", "overloaded_error", "requests", "tokens", "server_error")
+#: gateway_shed_total{reason}: gateway.admission's Shed reasons and the dispatcher's
+#: breaker_open. The degraded answers' labels (``cache:REASON``, ``compressed:REASON``,
+#: ``rerouted:REASON``) depend on the policy's degraded actions and appear when seen.
+SHED_REASONS = ("queue_full", "queue_timeout", "priority_evicted", "breaker_open")
+#: gateway_compression_total{outcome}: compressed, or the compress stage's skip reasons
+#: (gateway.stages.compress, and gateway.compression.gate's decisions).
+COMPRESSION_OUTCOMES = ("compressed", "client_off", "short", "nothing_to_compress",
+                        "no_prefill_rate", "not_worth_it", "no_gain", "error")
+#: gateway_rate_limit_total{store}: who decides (gateway.ratelimit.limiter): Redis, and the
+#: in-process fallback while it is away, when one is configured; else the process alone.
+RATE_LIMIT_STORES_REDIS = ("redis", "fallback")
+RATE_LIMIT_STORES_LOCAL = ("local",)
+#: gateway_rate_limit_total{result}: allowed, or the limit that refused.
+RATE_LIMIT_RESULTS = ("allowed", "requests", "tokens")
+#: gateway_cache_lookups_total{result,layer}: what the cache stage counts (a miss and a
+#: bypass have no layer).
+CACHE_LOOKUPS = (("hit", "exact"), ("hit", "semantic"), ("miss", ""), ("bypass", ""))
+#: gateway_cache_failures_total{op}: the cache's backend calls and embedding steps
+#: (gateway.cache.cache).
+CACHE_FAILURE_OPS = ("get", "search", "put", "semantic", "verify", "embed", "embed_busy")
+#: gateway_cache_late_hits_total{outcome}.
+LATE_HIT_OUTCOMES = ("served", "ignored", "too_late")
+#: gateway_policy_reloads_total{result}.
+RELOAD_RESULTS = ("ok", "rejected")
 
 
 class _Histogram:
@@ -172,13 +225,13 @@ class _CacheCollector(Collector):
         lookups = CounterMetricFamily("gateway_cache_lookups", "Cache lookups by result "
                                       "(hit, miss, bypass) and layer.",
                                       labels=["result", "layer"])
-        for (result, layer), n in stats.lookups.items():
+        for (result, layer), n in _at_zero(CACHE_LOOKUPS, stats.lookups).items():
             lookups.add_metric([result, layer], n)
         yield lookups
         failures = CounterMetricFamily("gateway_cache_failures", "Cache backend calls that "
                                        "failed or timed out (the request bypassed).",
                                        labels=["op"])
-        for op, n in stats.failures.items():
+        for op, n in _at_zero(CACHE_FAILURE_OPS, stats.failures).items():
             failures.add_metric([op], n)
         yield failures
         yield CounterMetricFamily("gateway_cache_stores", "Answers stored.",
@@ -190,21 +243,33 @@ class _CacheCollector(Collector):
                                    "lookup budget: served (the upstream call cancelled), "
                                    "ignored (the upstream may bill it), too_late (the "
                                    "upstream answered first).", labels=["outcome"])
-        for outcome, n in stats.late_hits.items():
+        for outcome, n in _at_zero(LATE_HIT_OUTCOMES, stats.late_hits).items():
             late.add_metric([outcome], n)
         yield late
 
 
 class _RoutingCollector(Collector):
-    def __init__(self, routing: Any):
+    """The routers' decisions, and 0 for each (router, tier) the current policy has: read
+    at scrape time, so a router that a policy reload adds reads 0 at once."""
+
+    def __init__(self, routing: Any, policy: Callable[[], RoutingPolicy]):
         self._routing = routing
+        self._policy = policy
 
     def collect(self) -> Iterator[Metric]:
         decisions = CounterMetricFamily("gateway_route_decisions", "Routing decisions by "
                                         "router and chosen tier.", labels=["router", "tier"])
-        for (router, tier), n in self._routing.decisions.items():
+        policy = self._policy()
+        known = [(name, tier) for name, router in policy.routers.items()
+                 for tier in (router.weak, router.strong)] if policy.enabled else []
+        for (router, tier), n in _at_zero(known, self._routing.decisions).items():
             decisions.add_metric([router, tier], n)
         yield decisions
+
+
+def _at_zero(known: Iterable[_K], counts: dict[_K, int]) -> dict[_K, int]:
+    """``counts`` with 0 for each of the ``known`` keys it lacks (known keys first)."""
+    return dict.fromkeys(known, 0) | counts
 
 
 class _Series:
@@ -219,8 +284,7 @@ class _Series:
         self.overhead = c.overhead.get(route)
         self.ttft = c.ttft.get(model)
         self.upstream = c.upstream.get(upstream)
-        self.tokens_keys = ((model, "prompt"), (model, "completion"), (model, "cached"),
-                           (model, "cache_write"))
+        self.tokens_keys = tuple((model, kind) for kind in TOKEN_KINDS)
 
 
 class Metrics:
@@ -235,14 +299,63 @@ class Metrics:
               registry=self.registry).set_function(lambda: self.in_flight)
         self.policy_reloads = Counter("gateway_policy_reloads", "Policy reload attempts.",
                                       ["result"], registry=self.registry)
+        for result in RELOAD_RESULTS:
+            self.policy_reloads.labels(result)
+
+    def start_at_zero(self, *, routes: Iterable[str], models: Iterable[str],
+                      upstreams: Iterable[str], rate_limit_redis: bool) -> None:
+        """Start the per-request series at 0 for the label values known before any traffic
+        (see the module docstring): ``routes``, the model endpoints' routes (e.g.
+        ``/v1/chat/completions``); ``models``, the served (upstream) model names of the
+        configured models' targets; ``upstreams``, the upstream names;
+        ``rate_limit_redis``, whether a Redis decides rate limits. Calling it again adds.
+
+        Counters (one series per label set) get the known values' cross product: route x
+        model x status (STATUSES), route x error type, route x shed reason, model x token
+        kind, model x compression outcome, store x rate-limit result. Histograms (one
+        series per bucket) only get the values the dashboard groups them by: the overhead by
+        route, TTFT and compressor time by model, upstream time and queue wait by upstream;
+        the request duration, which it sums over all labels, once per route with the model
+        ``none`` (the label of answers no upstream served: cache hits, early errors).
+        """
+        c = self.collector
+        routes, models = list(dict.fromkeys(routes)), list(dict.fromkeys(models))
+        for route in routes:
+            c.duration.get(route, "none")
+            c.overhead.get(route)
+            c.retries.setdefault(route, 0)
+            c.cancelled.setdefault(route, 0)
+            for model in models:
+                for status in STATUSES:
+                    c.requests.setdefault((route, model, status), 0)
+            for error_type in ERROR_TYPES:
+                c.errors.setdefault((route, error_type), 0)
+            for reason in SHED_REASONS:
+                c.shed.setdefault((route, reason), 0)
+        for model in models:
+            c.ttft.get(model)
+            c.compress_time.get(model)
+            c.compression_saved.setdefault(model, 0)
+            for kind in TOKEN_KINDS:
+                c.tokens.setdefault((model, kind), 0)
+            for outcome in COMPRESSION_OUTCOMES:
+                c.compression.setdefault((model, outcome), 0)
+        for upstream in upstreams:
+            c.upstream.get(upstream)
+            c.queue_wait.get(upstream)
+        stores = RATE_LIMIT_STORES_REDIS if rate_limit_redis else RATE_LIMIT_STORES_LOCAL
+        for store in stores:
+            for result in RATE_LIMIT_RESULTS:
+                c.rate_limit.setdefault((store, result), 0)
 
     def watch_cache(self, cache: Any) -> None:
         """Export the response cache's counters (read at scrape time)."""
         self.registry.register(_CacheCollector(cache))
 
-    def watch_routing(self, routing: Any) -> None:
-        """Export the routing stage's decision counters (read at scrape time)."""
-        self.registry.register(_RoutingCollector(routing))
+    def watch_routing(self, routing: Any, policy: Callable[[], RoutingPolicy]) -> None:
+        """Export the routing stage's decision counters, and 0 for each (router, tier) of
+        ``policy()``, the current routing policy (both read at scrape time)."""
+        self.registry.register(_RoutingCollector(routing, policy))
 
     def watch_guards(self, dispatcher: Any) -> None:
         """Export each upstream's admission and breaker state (read at scrape time)."""

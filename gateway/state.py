@@ -116,9 +116,9 @@ class Gateway:
         self.metrics = Metrics()
         self.models = ModelTable(config)
         self.routers = Routers(embed)
-        self.metrics.watch_routing(self.routers)
         self.policies = PolicyStore(config.policy_path, on_reload=self._policy_reloaded,
                                     check=self._check_policy)
+        self.metrics.watch_routing(self.routers, lambda: self.policies.current.routing)
         self.auth = Authenticator(config.auth, source=config.path)
         self.upstreams = upstreams if upstreams is not None else {
             name: build_upstream(name, up) for name, up in config.upstreams.items()
