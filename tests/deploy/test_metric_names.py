@@ -5,7 +5,8 @@ requests of each kind (cache hits, routed, compressed, streamed, queued, failed,
 that its /metrics has the series a production gateway has; then every name the dashboard
 and the rules read must be on that page. ``engine_*`` names come from the local engine
 (served on the gateway's /metrics when it runs one): they are checked against the engine's
-own registry (local_engine/metrics.py), rendered as its /metrics renders it.
+own registry (local_engine/metrics.py), rendered as its /metrics renders it. The same names
+before any request: test_metrics_at_zero.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from prometheus_client import generate_latest
 
 from local_engine.metrics import EngineMetrics
 from tests.conftest import GatewayServer
-from tests.deploy.promql import dashboard_exprs, exported_names, metric_names, rule_exprs
+from tests.deploy.promql import (
+    dashboard_exprs,
+    exported_names,
+    metric_names,
+    rule_exprs,
+    selectors,
+    selects,
+)
 from tests.gateway.routing.test_routing import (
     EASY,
     HARD,
@@ -35,12 +43,10 @@ from tests.gateway.test_compress_stage import PROMPT
 
 #: Series Prometheus makes itself (not on any /metrics page).
 SYNTHETIC = {"up"}
-#: Exported families this test cannot give a sample: the memory cache backend never fails
-#: (a dead Redis does, tests/gateway/cache), a late semantic hit needs a lookup held past
-#: its budget (tests/gateway/cache/test_lookup_budget.py), and engine scrape errors have a
-#: series per local engine, which this gateway does not start.
-DECLARED_ONLY = {"gateway_cache_failures_total", "gateway_cache_late_hits_total",
-                 "gateway_engine_scrape_errors_total"}
+#: Exported families without a sample here: engine scrape errors have a series per local
+#: engine (at 0 from start-up, tests/gateway/test_local_upstream.py), and this gateway starts
+#: none.
+DECLARED_ONLY = {"gateway_engine_scrape_errors_total"}
 
 CONFIG = MODELS + """
 [cache]
@@ -81,10 +87,16 @@ def queried() -> dict[str, list[str]]:
     return names
 
 
-@pytest.fixture
-def busy_gateway(make_gateway: Callable[..., GatewayServer], tmp_path: Path) -> GatewayServer:
+def start_gateway(make_gateway: Callable[..., GatewayServer], tmp_path: Path) -> GatewayServer:
+    """A gateway with the cache, a router ("auto": tiers small and large), compression,
+    admission, a breaker and rate limits, before any request."""
     policy = routing_policy(tiny_artifact(tmp_path / "tiny.npz")) + POLICY_EXTRA
-    gw = make_gateway(CONFIG, policy=policy, embed=constant_embed)
+    return make_gateway(CONFIG, policy=policy, embed=constant_embed)
+
+
+def serve_a_bit_of_everything(gw: GatewayServer) -> None:
+    """Cache hits, routed, compressed, streamed, queued, failed, shed and cancelled requests,
+    then a policy reload; returns once every request's metrics are counted."""
     with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client:
 
         def chat(model: str, text: str, headers: dict[str, str] | None = None) -> None:
@@ -115,6 +127,12 @@ def busy_gateway(make_gateway: Callable[..., GatewayServer], tmp_path: Path) -> 
                    json={"model": "fake-model", "messages": [{"role": "user", "content": "?"}]})
     gw.logged(13)  # every request's line (and so its metrics) is written
     assert gw.run(gw.gateway.policies.reload_async())  # what the policy watcher does
+
+
+@pytest.fixture
+def busy_gateway(make_gateway: Callable[..., GatewayServer], tmp_path: Path) -> GatewayServer:
+    gw = start_gateway(make_gateway, tmp_path)
+    serve_a_bit_of_everything(gw)
     return gw
 
 
@@ -153,3 +171,18 @@ def test_the_name_extraction_reads_promql_as_prometheus_does() -> None:
     assert metric_names("a_total unless on (instance, upstream) b offset 5m / scalar(c)") == {
         "a_total", "b", "c"}
     assert metric_names('sum without (le) (x{a="by (y)"}) and bool z') == {"x", "z"}
+
+
+def test_the_selector_extraction_keeps_each_names_matchers() -> None:
+    expr = ('sum by (layer) (rate(hits_total{instance=~"$instance", result="hit"}[5m])) '
+            '/ scalar(sum(rate(hits_total[5m]))) unless errors{type!~"a|b"}')
+    assert selectors(expr) == [
+        ("hits_total", (("instance", "=~", "$instance"), ("result", "=", "hit"))),
+        ("hits_total", ()), ("errors", (("type", "!~", "a|b"),))]
+    assert selects((("instance", "=~", "$instance"), ("result", "=", "hit")),
+                   {"result": "hit", "layer": ""})
+    assert not selects((("result", "=", "hit"),), {"result": "miss"})
+    assert selects((("type", "!~", "a|b"),), {"type": "ab"})  # anchored, as Prometheus does
+    assert not selects((("type", "!~", "a|b"),), {"type": "b"})
+    assert selects((("layer", "=", ""),), {"result": "miss"})  # missing reads as ""
+    assert not selects((("layer", "!=", ""),), {})
