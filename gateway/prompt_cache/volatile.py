@@ -79,9 +79,9 @@ ID_LABEL = (r"(?:request|session|trace|correlation|conversation|run|span|transac
 _SEPARATOR = r"(?:\s*\([^()]{1,24}\))?(?:\s+is\b|\s*[:=]|\s+-)"
 _DECORATION = r"[*_]{0,2}"
 _LINE = re.compile(
-    rf"\[?{_DECORATION}(?:(?P<time>{TIME_LABEL})|(?P<id>{ID_LABEL}))\s*{_SEPARATOR}"
-    rf"{_DECORATION}(?:\s*(?:now|currently)\b)?\s*{_DECORATION}"
-    rf"(?P<value>.+?){_DECORATION}\s*[.;]?\]?",
+    rf"\[?{_DECORATION}(?:(?P<time>{TIME_LABEL})|(?P<id>{ID_LABEL})){_SEPARATOR}"
+    rf"{_DECORATION}(?:\s+(?:now|currently)\b)?\s*{_DECORATION}"
+    rf"(?P<value>[^\s*_].*?){_DECORATION}[.;]?\]?",
     re.IGNORECASE)
 _WHEN_VALUE = re.compile(_WHEN)
 _ID_VALUE = re.compile(_ID)
@@ -114,8 +114,6 @@ class Detector:
         for regex in self._extra:
             if regex.search(line):
                 return "custom"
-        if not any(c.isdigit() for c in line) and "day" not in line.lower():
-            return None  # every value holds a digit or a weekday: most lines end here
         m = _LINE.fullmatch(line)
         if m is None:
             return None
