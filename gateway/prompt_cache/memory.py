@@ -6,12 +6,13 @@ another's):
 - **Line variants**, per family (gateway key, requested model): the line fingerprints of
   the recent system prompts (:func:`gateway.prompt_cache.volatile.fingerprints`), at most
   ``variants`` distinct prompts a family, and how many times each line was seen to change.
-  :meth:`PromptMemory.changed_lines` compares a new prompt with the variant it is otherwise
-  identical to (as many lines, at most :data:`~gateway.prompt_cache.volatile.MAX_LINES` of
-  them different, line for line): each differing line counts one change. A line seen to
-  change :data:`EVIDENCE` times is volatile, and stays volatile while the prompt around it
-  stays the same. A one-off edit of a prompt (one change) is not evidence; an edit of more
-  lines starts a new variant.
+  :meth:`PromptMemory.changed_lines` compares a new prompt with a variant it is otherwise
+  identical to: as many lines, exactly one of them different, line for line. That line
+  counts one change; a line seen to change :data:`EVIDENCE` times is volatile, and stays
+  volatile while the prompt around it stays the same. One change may be an edit of the
+  prompt and is not evidence; two prompts that differ in two lines (two agents of one key,
+  a heading and a line apart; a clock and another line changing at once) are two variants,
+  and neither line counts.
 - **Cached prefixes**, per key: the fingerprint of each prefix the gateway asked Anthropic to
   cache (a hash chain over its blocks, :mod:`gateway.prompt_cache.breakpoints`) and when it
   was last sent, for the 20-block lookback and the ``auto`` TTL.
@@ -28,8 +29,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gateway.prompt_cache.volatile import MAX_LINES
-
 __all__ = ["EVIDENCE", "PromptMemory"]
 
 
@@ -42,6 +41,9 @@ class _Variant:
     lines: array[int]  # line fingerprints, int64
     tail: int  # the fingerprint of the lines past max_lines
     changes: dict[int, int]  # line index -> times seen to change
+
+    def volatile(self) -> set[int]:
+        return {j for j, n in self.changes.items() if n >= EVIDENCE}
 
 
 class PromptMemory:
@@ -81,9 +83,10 @@ class PromptMemory:
             changes = dict(best.changes)
             for j in differ:
                 changes[j] = changes.get(j, 0) + 1
-        variants.insert(0, _Variant(new, tail, changes))
+        variant = _Variant(new, tail, changes)
+        variants.insert(0, variant)
         del variants[self._max_variants:]
-        return frozenset(new[j] for j, n in changes.items() if n >= EVIDENCE)
+        return frozenset(new[j] for j in variant.volatile() if j < len(new))
 
     # -- cached prefixes --------------------------------------------------------------------
 
@@ -104,8 +107,8 @@ class PromptMemory:
 
 def _closest(variants: list[_Variant], new: array[int], tail: int
              ) -> tuple[_Variant | None, list[int]]:
-    """The variant ``new`` is otherwise identical to (as many lines, at most
-    :data:`MAX_LINES` differing), the fewest differences first, and where they differ."""
+    """The variant ``new`` is otherwise identical to (the module docstring), and the line
+    where they differ (none: the same prompt)."""
     best: _Variant | None = None
     differ: list[int] = []
     for variant in variants:
@@ -113,7 +116,18 @@ def _closest(variants: list[_Variant], new: array[int], tail: int
             continue
         if variant.lines == new:
             return variant, []
-        mine = [j for j, (a, b) in enumerate(zip(variant.lines, new, strict=True)) if a != b]
-        if len(mine) <= MAX_LINES and (best is None or len(mine) < len(differ)):
-            best, differ = variant, mine
+        mine = _one_difference(variant.lines, new)
+        if mine is not None and best is None:
+            best, differ = variant, [mine]
     return best, differ
+
+
+def _one_difference(a: array[int], b: array[int]) -> int | None:
+    """The index of the one line where ``a`` and ``b`` (as long) differ; None for several."""
+    found = None
+    for j, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x != y:
+            if found is not None:
+                return None
+            found = j
+    return found

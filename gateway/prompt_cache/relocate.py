@@ -80,15 +80,18 @@ def _texts(content: Any, marked: bool) -> list[str]:
 
 
 def _cut_content(content: Any, cuts: dict[str, Cut], moved: list[Moved], marked: bool) -> Any:
-    """A system content (a string or text blocks) with its cut texts replaced."""
+    """A system content (a string or text blocks) with its cut texts replaced; the very
+    object given when nothing in it is cut."""
     if isinstance(content, str):
         cut = cuts.get(content)
         if cut is None:
             return content
         moved.extend(cut[1])
         return cut[0]
-    if not isinstance(content, list):
-        return content
+    if not isinstance(content, list) or not any(
+            isinstance(b, dict) and isinstance(b.get("text"), str) and b["text"] in cuts
+            for b in content):
+        return content  # unchanged: the same object
     out = []
     for block in content:
         cut = None
@@ -118,7 +121,10 @@ def openai(body: dict[str, Any], planner: Planner) -> tuple[dict[str, Any], list
     moved: list[Moved] = []
     out = list(messages)
     for i, message in enumerate(_leading(body)):
-        out[i] = {**message, "content": _cut_content(message.get("content"), cuts, moved, True)}
+        content = message.get("content")
+        cut = _cut_content(content, cuts, moved, True)
+        if cut is not content:
+            out[i] = {**message, "content": cut}
     block = block_text(moved)
     last = out[-1]
     content = last.get("content")

@@ -37,7 +37,13 @@ import orjson
 from gateway.prompt_cache import canonical, relocate
 from gateway.prompt_cache.breakpoints import Placed, Ttl, min_tokens_for, place
 from gateway.prompt_cache.memory import PromptMemory
-from gateway.prompt_cache.volatile import Cut, Detector, Moved, fingerprints, plan
+from gateway.prompt_cache.volatile import (
+    Cut,
+    Detector,
+    Moved,
+    fingerprints,
+    plan,
+)
 from gateway.requestlog import RequestRecord
 
 __all__ = ["Settings", "Shaping"]
@@ -85,7 +91,7 @@ class Shaping:
         done = self._cuts.get(tuple(texts))
         if done is None:
             assert self._settings.detector is not None
-            done = self._cuts[tuple(texts)] = plan(texts, self._settings.detector,
+            done = self._cuts[tuple(texts)] = plan(texts, self._settings.detector.kind,
                                                    self._changed)
         return done
 

@@ -29,13 +29,13 @@ moves verbatim (:mod:`gateway.prompt_cache.relocate` says where to). Pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from gateway.prompt_cache.structure import standalone
 
 __all__ = ["ID_LABEL", "KINDS", "LINE_MAX", "MAX_LINES", "MAX_SHARE", "TIME_LABEL", "Cut",
-           "Detector", "Moved", "fingerprints", "plan"]
+           "Detector", "Kind", "Moved", "fingerprints", "plan"]
 
 #: The kinds of moved lines, as the log line counts them.
 KINDS = ("timestamp", "id", "custom", "changed")
@@ -126,6 +126,11 @@ class Detector:
         return "id" if _ID_VALUE.fullmatch(value) else None
 
 
+#: A line's kind (one of :data:`KINDS` but ``changed``) from its stripped text, or None:
+#: :meth:`Detector.kind`, or a memo of it.
+Kind = Callable[[str], str | None]
+
+
 def fingerprints(texts: Sequence[str]) -> list[int]:
     """One fingerprint per line of ``texts`` (the system prompt's texts, in order), a
     separator between texts: ``hash(line)``, process-local; no text is kept."""
@@ -137,12 +142,11 @@ def fingerprints(texts: Sequence[str]) -> list[int]:
     return out
 
 
-def plan(texts: Sequence[str], detector: Detector, changed: Collection[int] = ()
-         ) -> dict[str, Cut]:
+def plan(texts: Sequence[str], kind: Kind, changed: Collection[int] = ()) -> dict[str, Cut]:
     """The volatile lines to move out of ``texts`` (a system prompt's texts): for each text
-    that loses lines, what is left of it and what left. ``changed``: fingerprints
-    (:func:`fingerprints`) of lines seen to change. Empty when nothing moves, or when the
-    candidates exceed :data:`MAX_LINES` or :data:`MAX_SHARE`."""
+    that loses lines, what is left of it and what left. ``kind``: a :class:`Detector`'s;
+    ``changed``: fingerprints (:func:`fingerprints`) of lines seen to change. Empty when
+    nothing moves, or when the candidates exceed :data:`MAX_LINES` or :data:`MAX_SHARE`."""
     size = sum(len(text) for text in texts)
     out: dict[str, Cut] = {}
     count = moved_chars = 0
@@ -153,9 +157,9 @@ def plan(texts: Sequence[str], detector: Detector, changed: Collection[int] = ()
             stripped = line.strip()
             if not stripped or len(stripped) > LINE_MAX:
                 continue
-            kind = "changed" if hash(line) in changed else detector.kind(stripped)
-            if kind is not None:
-                mine[i] = Moved(line, kind)
+            found = kind(stripped) or ("changed" if hash(line) in changed else None)
+            if found is not None:
+                mine[i] = Moved(line, found)
         if mine:  # where a line stands is read only for the few that could move
             alone = standalone(lines)
             mine = {i: m for i, m in mine.items() if alone[i]}

@@ -40,18 +40,20 @@ def test_a_one_off_edit_is_not_volatility():
         assert flagged(memory, prompt(l4="Rule E: be terse.")) == set()
 
 
-def test_several_separate_lines():
+def test_lines_that_change_together_are_two_prompts_not_volatility():
     memory = PromptMemory()
-    for n in range(2):
-        flagged(memory, prompt(l1=f"a{n}", l2=f"b{n}", l6=f"c{n}"))
-    assert flagged(memory, prompt(l1="a2", l2="b2", l6="c2")) == {"a2", "b2", "c2"}
+    for n in range(4):  # two agents of one key: a heading and a line apart, taking turns
+        agent = n % 2
+        assert flagged(memory, prompt(l0=f"# Agent {agent}", l2=f"Weather: {agent}")) == set()
+    for n in range(3):  # two lines changing at once, every time
+        assert flagged(memory, prompt(l1=f"a{n}", l6=f"c{n}")) == set()
 
 
 def test_only_an_otherwise_identical_prompt_is_compared():
     memory = PromptMemory()
     flagged(memory, BASE)
     flagged(memory, prompt(l0="x0"))
-    # More lines than a request may move changed at once: an edit, a new variant.
+    # Several lines changed at once: an edit, a new variant.
     assert flagged(memory, prompt(l0="y0", l1="x1", l2="x2", l7="x7")) == set()
     # A line inserted: nothing lines up one for one.
     assert flagged(memory, [*BASE[:4], "A new rule.", *BASE[4:]]) == set()

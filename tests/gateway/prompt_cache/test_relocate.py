@@ -21,7 +21,7 @@ RULES = "\n".join(f"Rule {i}: help the traveller with booking change {i}, polite
 
 
 def planner(texts: list[str]) -> dict[str, Cut]:
-    return plan(texts, DETECTOR)
+    return plan(texts, DETECTOR.kind)
 
 
 def openai(body: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +64,11 @@ USER = {"role": "user", "content": "Change my flight."}
                                             "function": {"name": "f", "arguments": "{}"}}]},
       {"role": "tool", "tool_call_id": "c1", "content": "ok"},
       {"role": "user", "content": BLOCK}]),
-], ids=["string", "parts", "after-tool"])
+    # a leading message with no content is left exactly as it came (no "content": null)
+    ([{"role": "system"}, {"role": "system", "content": f"{RULES}\n{TIME}"}, USER],
+     [{"role": "system"}, {"role": "system", "content": RULES},
+      {"role": "user", "content": f"Change my flight.\n\n{BLOCK}"}]),
+], ids=["string", "parts", "after-tool", "no-content"])
 def test_openai_system_prompts(messages, expected):
     assert openai({"model": "m", "messages": messages})["messages"] == expected
 

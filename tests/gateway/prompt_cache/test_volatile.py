@@ -70,7 +70,7 @@ def test_policy_patterns_mark_lines_holding_a_match():
 
 def test_a_metadata_line_standing_alone_moves_and_the_rest_is_left_byte_for_byte():
     text = f"# Policy\n\n{TIME}\n\n{RULES}"
-    assert plan([text], DETECTOR) == {
+    assert plan([text], DETECTOR.kind) == {
         text: (f"# Policy\n\n\n{RULES}", (Moved(TIME, "timestamp"),))}
 
 
@@ -86,7 +86,7 @@ def test_a_metadata_line_standing_alone_moves_and_the_rest_is_left_byte_for_byte
 ])
 def test_a_metadata_line_inside_a_structure_stays(where):
     text = f"{RULES}\n\n" + where.format(line=TIME) + "\n\nBe kind."
-    assert plan([text], DETECTOR) == {}
+    assert plan([text], DETECTOR.kind) == {}
 
 
 def test_retrieval_documents_holding_dates_stay_where_they_are():
@@ -95,23 +95,23 @@ def test_retrieval_documents_holding_dates_stay_where_they_are():
         f"the stadium, and the current date is {i} May 2024." for i in range(1, 21))
     text = ("Write a high-quality answer for the given question using only the provided "
             f"search results (some of which might be irrelevant).\n\n{docs}")
-    assert plan([text], DETECTOR) == {}
+    assert plan([text], DETECTOR.kind) == {}
 
 
 def test_past_the_bounds_nothing_moves_at_all():
     stamps = [f"Current time: 10:0{i}" for i in range(MAX_LINES + 1)]
-    assert plan(["\n".join([*stamps, RULES])], DETECTOR) == {}  # too many lines
-    assert plan(["\n".join([*stamps[:MAX_LINES], RULES])], DETECTOR) != {}
+    assert plan(["\n".join([*stamps, RULES])], DETECTOR.kind) == {}  # too many lines
+    assert plan(["\n".join([*stamps[:MAX_LINES], RULES])], DETECTOR.kind) != {}
     short = "Be brief and kind to every traveller.\n" + TIME  # over 5% of the prompt
-    assert plan([short], DETECTOR) == {}
+    assert plan([short], DETECTOR.kind) == {}
     long_line = "Current date: 2024-05-15 " + "x" * LINE_MAX
-    assert plan([f"{RULES}\n{long_line}"], DETECTOR) == {}
+    assert plan([f"{RULES}\n{long_line}"], DETECTOR.kind) == {}
 
 
 def test_a_text_that_is_only_metadata_stays_and_others_are_counted_together():
-    assert plan([TIME, RULES], DETECTOR) == {}  # moving it would empty its message
+    assert plan([TIME, RULES], DETECTOR.kind) == {}  # moving it would empty its message
     both = f"{RULES}\n{TIME}"
-    cut = plan([both, "Current date: 2024-05-15\n" + RULES], DETECTOR)
+    cut = plan([both, "Current date: 2024-05-15\n" + RULES], DETECTOR.kind)
     assert [moved for _, moved in cut.values()] == [
         (Moved(TIME, "timestamp"),), (Moved("Current date: 2024-05-15", "timestamp"),)]
 
@@ -119,7 +119,7 @@ def test_a_text_that_is_only_metadata_stays_and_others_are_counted_together():
 def test_lines_seen_to_change_move_as_changed_under_the_same_rules():
     text = f"{RULES}\nWeather: rain\n- Weather: rain"
     changed = {hash("Weather: rain"), hash("- Weather: rain")}  # a list item never moves
-    assert plan([text], DETECTOR, changed) == {
+    assert plan([text], DETECTOR.kind, changed) == {
         text: (f"{RULES}\n- Weather: rain", (Moved("Weather: rain", "changed"),))}
 
 
