@@ -1,0 +1,168 @@
+"""The servers of the harness: a gateway per policy (real HTTP on loopback, uvicorn in
+threads, as ``tests/conftest.py``'s ``make_gateway`` builds them) in front of two recording
+fakes (``FakeUpstream`` for OpenAI, ``FakeAnthropic`` for Anthropic).
+
+Policies: :data:`DEFAULT` (a file holding only ``version``) and :func:`every_stage` (every
+stage in the pipeline and on: generous rate limits, the response cache with a deterministic
+embedding, two routers over tiers of same-API models, compression with ``gate = "always"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.app import create_app
+from gateway.compression.tokens import o200k
+from gateway.config import load_config
+from gateway.testing.fake_anthropic import FakeAnthropic
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.server import ServerThread
+from tests.gateway.equivalence.contract import Allowed
+from tests.gateway.equivalence.evidence import Evidence
+from tests.gateway.routing.test_routing import DIM, tiny_artifact
+
+__all__ = ["DEFAULT", "MODELS", "ROUTERS", "Gateway", "artifact", "every_stage",
+           "hashed_embed", "start_gateway", "start_recorders"]
+
+KEY_ENV = "GATEWAY_TEST_EQUIVALENCE_KEY"
+UPSTREAM_KEY = "sk-ant-equivalence"
+#: public model -> (upstream, upstream model)
+MODELS = {"gpt": ("eq-openai", "gpt-upstream"), "gpt-mini": ("eq-openai", "gpt-mini-upstream"),
+          "claude": ("eq-claude", "claude-upstream"),
+          "claude-haiku": ("eq-claude", "claude-haiku-upstream")}
+#: router name -> its two tiers' models (same API, so nothing is translated)
+ROUTERS = {"auto-gpt": ("gpt-mini", "gpt"), "auto-claude": ("claude-haiku", "claude")}
+
+DEFAULT = 'version = "equivalence-default"\n'
+
+
+def every_stage(artifact: Path) -> str:
+    routers = "".join(f"""
+[routing.routers.{name}]
+weak = "{name}-small"
+strong = "{name}-large"
+artifact = "{artifact}"
+strong_share = 0.5
+""" for name in ROUTERS)
+    tiers = "".join(f'"{name}-small" = ["{weak}"]\n"{name}-large" = ["{strong}"]\n'
+                    for name, (weak, strong) in ROUTERS.items())
+    return f"""version = "equivalence-every-stage"
+
+[pipeline]
+stages = ["rate_limit", "cache", "route", "compress", "prompt_cache", "admission"]
+
+[rate_limits]
+default = {{ requests_per_minute = 10000000, tokens_per_minute = 100000000000 }}
+
+[cache]
+enabled = true
+semantic = true
+
+[compression]
+enabled = true
+gate = "always"
+min_tokens = 256
+
+[routing.tiers]
+{tiers}{routers}"""
+
+
+def _config(openai_url: str, claude_url: str, cache: bool) -> str:
+    models = "".join(f'[models."{name}"]\ntargets = [{{ upstream = "{up}", model = "{model}" }}]\n'
+                     for name, (up, model) in MODELS.items())
+    return f"""
+[server]
+policy = "policy.toml"
+max_body_bytes = 1048576
+
+[logging]
+requests = false
+
+[upstreams.eq-openai]
+type = "openai"
+base_url = "{openai_url}/v1"
+
+[upstreams.eq-claude]
+type = "anthropic"
+base_url = "{claude_url}"
+api_key_env = "{KEY_ENV}"
+
+{models}
+[cache]
+enabled = {"true" if cache else "false"}
+backend = "memory"
+"""
+
+
+async def hashed_embed(texts: list[str]) -> np.ndarray:
+    """A deterministic unit vector per text (distinct texts are far apart: no semantic hit
+    between different requests), of the tiny router artifact's dimension."""
+    out = np.empty((len(texts), DIM), np.float32)
+    for i, text in enumerate(texts):
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).normal(size=DIM)
+        out[i] = v / np.linalg.norm(v)
+    return out
+
+
+@dataclass
+class Gateway:
+    """A running gateway, the recording fakes behind it, and what its policy allows;
+    ``every``: the every-stage policy (routers, compression...), else the default one."""
+
+    url: str
+    recorders: dict[str, FakeUpstream]
+    every: bool
+    server: ServerThread
+    evidence: Evidence = field(default_factory=Evidence)
+
+    @property
+    def routed_every(self) -> int:
+        """Requests for a router name: every third under the every-stage policy (the
+        default one has no router)."""
+        return 3 if self.every else 0
+
+    def allowed(self, model: Any, changing: frozenset[str] = frozenset()) -> Allowed:
+        """G1 and route: the upstream models a request for ``model`` may reach."""
+        names = ROUTERS.get(model, (model,)) if isinstance(model, str) else ()
+        return Allowed(frozenset(MODELS[n][1] for n in names if n in MODELS), self.every,
+                       changing)
+
+
+def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstream, str]],
+                  every: bool) -> Gateway:
+    """A gateway for ``policy`` (``every``: the every-stage policy, with the cache and the
+    deterministic embedding); stop its ``server`` when done."""
+    if every:
+        # Loaded here, on the test's thread: the gateway's own warm-up thread silences a
+        # DeprecationWarning with warnings.catch_warnings, which is not thread-safe, so under
+        # pytest's "warnings are errors" it can escape as that thread's exception.
+        o200k()
+    (tmp / "policy.toml").write_text(policy)
+    (tmp / "gateway.toml").write_text(
+        _config(recorders["openai"][1], recorders["anthropic"][1], cache=every))
+    with pytest.MonkeyPatch.context() as mp:  # the upstreams read their key as they start
+        mp.setenv(KEY_ENV, UPSTREAM_KEY)
+        app = create_app(load_config(tmp / "gateway.toml"), request_sink=lambda record: None,
+                         watch_policy=False, embed=hashed_embed if every else None)
+        server = ServerThread(app).start()
+    return Gateway(server.url, {api: fake for api, (fake, _) in recorders.items()}, every,
+                   server)
+
+
+def start_recorders() -> dict[str, tuple[FakeUpstream, ServerThread]]:
+    out: dict[str, tuple[FakeUpstream, ServerThread]] = {}
+    for api, fake in (("openai", FakeUpstream()), ("anthropic",
+                                                   FakeAnthropic(api_key=UPSTREAM_KEY))):
+        out[api] = (fake, ServerThread(fake).start())
+    return out
+
+
+def artifact(tmp: Path) -> Path:
+    return tiny_artifact(tmp / "tiny-router.npz")
