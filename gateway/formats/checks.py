@@ -6,8 +6,8 @@ field and whose ``code`` says what is wrong: ``missing_required_parameter``,
 ``invalid_type`` or ``invalid_value`` (``invalid_json`` for a body that is not JSON).
 
 A body the gateway could not send on as it came is refused too, before anything reads it:
-one nested deeper than :data:`MAX_DEPTH` (orjson, which every stage and translator writes
-bodies with, writes at most 254 levels) or holding an integer outside the 64-bit range
+one nested deeper than orjson writes (254 levels; every stage and translator writes bodies
+with orjson, and it reads up to 1,024) or holding an integer outside the 64-bit range
 (orjson reads it as a float: ``18446744073709551616`` would reach the upstream as
 ``1.8446744073709552e+19``, another request).
 """
@@ -15,21 +15,24 @@ bodies with, writes at most 254 levels) or holding an integer outside the 64-bit
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 from gateway.errors import InvalidJSON, InvalidRequest
 
-__all__ = ["MAX_DEPTH", "invalid_type", "invalid_value", "load_request", "message_list",
-           "missing", "shown"]
+__all__ = ["invalid_type", "invalid_value", "load_request", "message_list", "missing",
+           "shown"]
 
-#: Arrays and objects nested deeper than this are refused (a 400).
-MAX_DEPTH = 128
+#: Nesting orjson writes (it raises past it).
+_MAX_DEPTH = 254
 #: The integers orjson reads as integers.
 _INT_RANGE = (-(2**63), 2**64 - 1)
-_LONG_DIGITS = re.compile(rb"\d{20}")
+#: Digits stay "0", every other byte becomes " ": 20 zeros in a row are an integer that may
+#: not fit 64 bits (or digits in a string). ``bytes.translate`` and ``find`` run at memory
+#: speed; a regex for 20 digits took 0.4 ms on a 30 KB body.
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_TWENTY = b"0" * 20
 
 
 def load_request(raw: bytes) -> dict[str, Any]:
@@ -41,11 +44,14 @@ def load_request(raw: bytes) -> dict[str, Any]:
         raise InvalidJSON(f"request body is not valid JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
-    # Both checks look at the raw bytes first, so most bodies pay two scans, no walk.
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(data):
-        raise InvalidRequest(f"request body nests arrays and objects deeper than "
-                             f"{MAX_DEPTH} levels", code="invalid_value")
-    if _LONG_DIGITS.search(raw):
+    # About 2 us a KB in all (a 32 KB agent request: 70 us, beside 80 us to parse it).
+    if len(raw) > 2 * _MAX_DEPTH:  # a shorter body cannot nest that deep
+        try:
+            orjson.dumps(data)  # ~1 us a KB: faster than walking it in Python
+        except orjson.JSONEncodeError as exc:
+            raise InvalidRequest(f"request body nests arrays and objects deeper than "
+                                 f"{_MAX_DEPTH} levels", code="invalid_value") from exc
+    if raw.translate(_DIGITS).find(_TWENTY) >= 0:
         _check_integers(raw)
     model = data.get("model")
     if model is None:
@@ -53,18 +59,6 @@ def load_request(raw: bytes) -> dict[str, Any]:
     if not isinstance(model, str) or not model:
         raise invalid_type("model", "a non-empty string", model)
     return data
-
-
-def _too_deep(value: Any) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, dict | list))
-    return False
 
 
 def _check_integers(raw: bytes) -> None:
