@@ -87,6 +87,13 @@ def queried() -> dict[str, list[str]]:
     return names
 
 
+def gateway_queried() -> dict[str, list[str]]:
+    """:func:`queried` without what the gateway does not export itself (the engines' and
+    Prometheus' own series)."""
+    return {name: where for name, where in queried().items()
+            if not name.startswith("engine_") and name not in SYNTHETIC}
+
+
 def start_gateway(make_gateway: Callable[..., GatewayServer], tmp_path: Path) -> GatewayServer:
     """A gateway with the cache, a router ("auto": tiers small and large), compression,
     admission, a breaker and rate limits, before any request."""
@@ -140,8 +147,7 @@ def test_every_metric_the_dashboard_and_rules_query_is_on_the_gateways_metrics(
         busy_gateway: GatewayServer) -> None:
     page = httpx.get(busy_gateway.url + "/metrics").text
     sampled, declared = exported_names(page)
-    wanted = {name: where for name, where in queried().items()
-              if not name.startswith("engine_") and name not in SYNTHETIC}
+    wanted = gateway_queried()
     missing = {name: where for name, where in wanted.items()
                if name not in sampled | declared}
     assert not missing, f"queried but not exported by the gateway: {missing}"

@@ -25,7 +25,7 @@ from tests.deploy.test_metric_names import (
     DECLARED_ONLY,
     POLICY_EXTRA,
     SYNTHETIC,
-    queried,
+    gateway_queried,
     serve_a_bit_of_everything,
     start_gateway,
 )
@@ -106,8 +106,7 @@ def test_a_fresh_gateway_exports_every_metric_the_dashboard_and_rules_query(
         fresh_gateway: GatewayServer) -> None:
     page = httpx.get(fresh_gateway.url + "/metrics").text
     sampled, declared = exported_names(page)
-    wanted = {name: where for name, where in queried().items()
-              if not name.startswith("engine_") and name not in SYNTHETIC}
+    wanted = gateway_queried()
     # A sample each, not only a HELP/TYPE line: "no data" is what a family without one reads.
     missing = {name: where for name, where in wanted.items()
                if name not in sampled and name not in DECLARED_ONLY}
