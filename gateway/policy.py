@@ -229,7 +229,7 @@ class PromptCachePolicy:
     #: evidence only: a whole metadata line ("Current date: ...", "Request ID: ..."), a line
     #: seen to change (``detect_changes``) or holding a match of ``patterns``; never from
     #: inside a document, list, table, code or JSON; at most 3 lines and 5% of the system
-    #: prompt a request (gateway.prompt_cache.volatile).
+    #: prompt's tokens a request (gateway.prompt_cache.volatile).
     relocate_volatile: bool = True
     #: Also move lines seen to change between recent requests of the same key and model
     #: whose system prompts were otherwise identical.

@@ -21,7 +21,8 @@ And only where moving it is safe (:func:`plan`): the line stands on its own in t
 prompt (:func:`gateway.prompt_cache.structure.standalone`: never inside a document, list,
 table, code, JSON or tagged block), is at most :data:`LINE_MAX` characters, and leaves its
 text non-empty; and a request moves at most :data:`MAX_LINES` lines, together at most
-:data:`MAX_SHARE` of the system prompt's characters (a token estimate). Past those bounds
+:data:`MAX_SHARE` of the system prompt's tokens (estimated: :data:`MOVED_CHARS_PER_TOKEN`
+and :data:`PROMPT_CHARS_PER_TOKEN`). Past those bounds
 nothing moves at all: so many "volatile" lines are content, not metadata. What moves,
 moves verbatim (:mod:`gateway.prompt_cache.relocate` says where to). Pure.
 """
@@ -34,7 +35,8 @@ from dataclasses import dataclass
 
 from gateway.prompt_cache.structure import standalone
 
-__all__ = ["ID_LABEL", "KINDS", "LINE_MAX", "MAX_LINES", "MAX_SHARE", "TIME_LABEL", "Cut",
+__all__ = ["ID_LABEL", "KINDS", "LINE_MAX", "MAX_LINES", "MAX_SHARE", "MOVED_CHARS_PER_TOKEN",
+           "PROMPT_CHARS_PER_TOKEN", "TIME_LABEL", "Cut",
            "Detector", "Kind", "Moved", "fingerprints", "plan"]
 
 #: The kinds of moved lines, as the log line counts them.
@@ -44,8 +46,15 @@ KINDS = ("timestamp", "id", "custom", "changed")
 LINE_MAX = 160
 #: A request moves at most this many lines...
 MAX_LINES = 3
-#: ... together at most this share of the system prompt's characters.
+#: ... together at most this share of the system prompt's tokens, estimated from characters:
 MAX_SHARE = 0.05
+#: dates, times and ids tokenize densely (o200k_base: 2.0-2.7 characters a token for the
+#: metadata lines in the tests), so a moved line counts its characters / 2;
+MOVED_CHARS_PER_TOKEN = 2.0
+#: English prose tokenizes at ~4.9 characters a token (the τ-bench system prompt: 6,155
+#: characters, 1,248 tokens), so the prompt counts its characters / 5. Together: the moved
+#: lines hold at most 2% of the prompt's characters, about 4.3% of its tokens.
+PROMPT_CHARS_PER_TOKEN = 5.0
 
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
           r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
@@ -172,6 +181,7 @@ def plan(texts: Sequence[str], kind: Kind, changed: Collection[int] = ()) -> dic
         times = texts.count(text)
         count += len(mine) * times
         moved_chars += sum(len(m.text) for m in mine.values()) * times
-    if count > MAX_LINES or moved_chars > MAX_SHARE * size:
+    if count > MAX_LINES or (moved_chars / MOVED_CHARS_PER_TOKEN
+                             > MAX_SHARE * size / PROMPT_CHARS_PER_TOKEN):
         return {}
     return out

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gateway.compression.tokens import o200k
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.gateway.equivalence import harness
 from tests.gateway.equivalence.harness import Gateway
@@ -14,6 +15,9 @@ from tests.gateway.equivalence.harness import Gateway
 
 @pytest.fixture(scope="package")
 def recorders() -> Iterator[dict[str, tuple[FakeUpstream, str]]]:
+    # o200k_base, which the checks count moved lines in, loaded here on the test's thread
+    # (see harness.start_gateway)
+    o200k()
     started = harness.start_recorders()
     yield {api: (fake, server.url) for api, (fake, server) in started.items()}
     for _, server in started.values():

@@ -1,7 +1,7 @@
 """P4, volatile lines moved to the end: what the contract allows, and undoing it.
 
 At most :data:`MAX_LINES` whole lines of the system prompt, together at most
-:data:`MAX_SHARE` of its characters, each removed from its text with its "\\n" (no text
+:data:`MAX_SHARE` of its tokens (o200k_base), each removed from its text with its "\\n" (no text
 emptied, the rest byte-identical) and appended verbatim, in their original order, after one
 marker line: ``MARKER + "\\n" + "\\n".join(lines)``. Each moved line is short
 (:data:`~tests.gateway.equivalence.lines.MAX_LINE`), inside no structure
@@ -12,9 +12,11 @@ traffic showed to change (:mod:`~tests.gateway.equivalence.evidence`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gateway.compression.tokens import o200k
 from gateway.prompt_cache.relocate import MARKER
 from tests.gateway.equivalence.diff import shorten, text_difference
 from tests.gateway.equivalence.lines import MAX_LINE, enclosed, is_metadata
@@ -50,7 +52,7 @@ class Moves:
     them (``lines``, in order) and the first violation (``error``)."""
 
     changing: frozenset[str]
-    total: int = 0  # characters of the client's system prompt
+    texts: list[str] = field(default_factory=list)  # the client's system prompt
     error: str | None = None
 
     def __post_init__(self) -> None:
@@ -60,7 +62,7 @@ class Moves:
                 ) -> None:
         """One text of the system prompt; ``restore`` puts the client's text back upstream
         once what left it is accounted for."""
-        self.total += len(client)
+        self.texts.append(client)
         if self.error is not None or client == upstream:
             return
         gone = removed_lines(client, upstream)
@@ -89,15 +91,24 @@ class Moves:
         if len(self.lines) > MAX_LINES:
             self.error = (f"{len(self.lines)} lines moved out of the system prompt (at most "
                           f"{MAX_LINES}): {shorten(self.lines)}")
-        elif sum(map(len, self.lines)) > MAX_SHARE * self.total:
-            self.error = (f"the lines moved out of the system prompt hold "
-                          f"{sum(map(len, self.lines))} of its {self.total} characters (at "
-                          f"most {MAX_SHARE:.0%}): {shorten(self.lines)}")
+        else:
+            moved, total = sum(map(tokens, self.lines)), sum(map(tokens, self.texts))
+            if moved > MAX_SHARE * total:
+                self.error = (f"the lines moved out of the system prompt hold {moved} of its "
+                              f"{total} tokens (o200k_base; at most {MAX_SHARE:.0%}): "
+                              f"{shorten(self.lines)}")
 
     def nothing_may_move(self, why: str) -> None:
         if self.error is None and self.lines:
             self.error = f"lines moved out of the system prompt although {why}: " \
                          f"{shorten(self.lines)}"
+
+
+@functools.lru_cache(maxsize=64)
+def tokens(text: str) -> int:
+    """``text``'s o200k_base tokens (the same system prompt comes back request after
+    request: counted once)."""
+    return o200k()(text)
 
 
 def _refused(line: str, structured: bool, changing: Iterable[str]) -> str | None:

@@ -100,10 +100,17 @@ def test_retrieval_documents_holding_dates_stay_where_they_are():
 
 def test_past_the_bounds_nothing_moves_at_all():
     stamps = [f"Current time: 10:0{i}" for i in range(MAX_LINES + 1)]
-    assert plan(["\n".join([*stamps, RULES])], DETECTOR.kind) == {}  # too many lines
-    assert plan(["\n".join([*stamps[:MAX_LINES], RULES])], DETECTOR.kind) != {}
+    rules = f"{RULES}\n{RULES}"
+    assert plan(["\n".join([*stamps, rules])], DETECTOR.kind) == {}  # too many lines
+    assert plan(["\n".join([*stamps[:MAX_LINES], rules])], DETECTOR.kind) != {}
     short = "Be brief and kind to every traveller.\n" + TIME  # over 5% of the prompt
     assert plan([short], DETECTOR.kind) == {}
+    # 5% of the tokens: a date holds about twice the tokens of prose of its length, so a
+    # line of 3% of the characters (over 6% of the tokens) stays.
+    prose = "Help the traveller politely and in full sentences. " * 29
+    assert 0.025 < len(TIME) / len(prose + TIME) < 0.03
+    assert plan([f"{prose}\n{TIME}"], DETECTOR.kind) == {}
+    assert plan([f"{prose * 2}\n{TIME}"], DETECTOR.kind) != {}
     long_line = "Current date: 2024-05-15 " + "x" * LINE_MAX
     assert plan([f"{RULES}\n{long_line}"], DETECTOR.kind) == {}
 
