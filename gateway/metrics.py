@@ -8,7 +8,7 @@ on one event-loop thread, so no lock is needed). prometheus-client still does th
 
 Every series the Grafana dashboard and the alert rules (deploy/) read exists from start-up,
 at 0 for each label value the gateway knows before any traffic (:meth:`Metrics.start_at_zero`
-and the constants below), so that a panel or a ``rate()`` alert reads 0, not "no data"
+and :mod:`gateway.metric_labels`), so that a panel or a ``rate()`` alert reads 0, not "no data"
 (https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics). Label values
 that only traffic tells (a passthrough path, an upstream's own error type) appear when seen.
 """
@@ -28,6 +28,20 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from gateway.metric_labels import (
+    CACHE_FAILURE_OPS,
+    CACHE_LOOKUPS,
+    COMPRESSION_OUTCOMES,
+    ERROR_TYPES,
+    LATE_HIT_OUTCOMES,
+    RATE_LIMIT_RESULTS,
+    RATE_LIMIT_STORES_LOCAL,
+    RATE_LIMIT_STORES_REDIS,
+    RELOAD_RESULTS,
+    SHED_REASONS,
+    STATUSES,
+    TOKEN_KINDS,
+)
 from gateway.requestlog import RequestRecord
 
 if TYPE_CHECKING:
@@ -41,49 +55,6 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
                    2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.015, 0.025,
                     0.05, 0.1, 0.25, 1.0)
-
-# The label values started at 0 (see the module docstring), each list beside its label's
-# metric; what sets the label is named, so that a new value is added here too.
-
-#: gateway_requests_total{status}: "200" only. The dashboard groups by status but selects
-#: none, and the alert rules read failures and sheds from gateway_errors_total and
-#: gateway_shed_total, so one status per (route, model) gives every panel and rule its 0;
-#: an error status per pair would multiply the series for no query.
-STATUSES = ("200",)
-#: gateway_tokens_total{kind}: the RequestRecord counts :meth:`Metrics.observe` adds, in
-#: its order (prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens).
-TOKEN_KINDS = ("prompt", "completion", "cached", "cache_write")
-#: gateway_errors_total{type}: the ``type`` of each error in gateway.errors (the base's
-#: ``server_error`` included; RateLimited's is the limit that refused: requests or tokens).
-#: The rules' error ratio leaves out the client's mistakes and overloaded_error; the rest
-#: are its numerator. An upstream's own error type passes through as it is, when seen.
-ERROR_TYPES = ("invalid_request_error", "authentication_error", "permission_error",
-               "upstream_error", "overloaded_error", "requests", "tokens", "server_error")
-#: gateway_shed_total{reason}: gateway.admission's Shed reasons and the dispatcher's
-#: breaker_open. The degraded answers' labels (``cache:REASON``, ``compressed:REASON``,
-#: ``rerouted:REASON``) depend on the policy's degraded actions and appear when seen.
-SHED_REASONS = ("queue_full", "queue_timeout", "priority_evicted", "breaker_open")
-#: gateway_compression_total{outcome}: compressed, or the compress stage's skip reasons
-#: (gateway.stages.compress, and gateway.compression.gate's decisions).
-COMPRESSION_OUTCOMES = ("compressed", "client_off", "short", "nothing_to_compress",
-                        "no_prefill_rate", "not_worth_it", "no_gain", "error")
-#: gateway_rate_limit_total{store}: who decides (gateway.ratelimit.limiter): Redis, and the
-#: in-process fallback while it is away, when one is configured; else the process alone.
-RATE_LIMIT_STORES_REDIS = ("redis", "fallback")
-RATE_LIMIT_STORES_LOCAL = ("local",)
-#: gateway_rate_limit_total{result}: allowed, or the limit that refused.
-RATE_LIMIT_RESULTS = ("allowed", "requests", "tokens")
-#: gateway_cache_lookups_total{result,layer}: what the cache stage counts (a miss and a
-#: bypass have no layer).
-CACHE_LOOKUPS = (("hit", "exact"), ("hit", "semantic"), ("miss", ""), ("bypass", ""))
-#: gateway_cache_failures_total{op}: the cache's backend calls and embedding steps
-#: (gateway.cache.cache).
-CACHE_FAILURE_OPS = ("get", "search", "put", "semantic", "verify", "embed", "embed_busy")
-#: gateway_cache_late_hits_total{outcome}.
-LATE_HIT_OUTCOMES = ("served", "ignored", "too_late")
-#: gateway_policy_reloads_total{result}.
-RELOAD_RESULTS = ("ok", "rejected")
-
 
 class _Histogram:
     """Bucket counts for one label set: ``counts[i]`` holds observations in (b[i-1], b[i]]."""

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gateway import errors
-from gateway.metrics import ERROR_TYPES
+from gateway.metric_labels import ERROR_TYPES
 from tests.conftest import GatewayServer
 from tests.deploy.promql import dashboard_exprs, exported_names, rule_exprs, selectors, selects
 from tests.deploy.test_metric_names import (
