@@ -26,9 +26,10 @@ from types import FrameType
 from gateway.auth import Authenticator
 from gateway.config import load_config
 from gateway.errors import ConfigError
+from gateway.models import ModelTable
 from gateway.policy import load_policy
 from gateway.routing.routers import Routers
-from gateway.state import ModelTable
+from gateway.state import check_policy
 
 __all__ = ["main"]
 
@@ -81,10 +82,8 @@ def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     policy = load_policy(config.policy_path)
     Authenticator(config.auth, source=config.path)  # key variables must be set
-    try:  # routers and rate limits name models of this config, and artifacts that load
-        models = ModelTable(config).routes.keys()
-        Routers().check(policy.routing, models)
-        policy.rate_limits.check_models({*models, *policy.routing.routers})
+    try:  # stages that exist, models of this config, router artifacts that load
+        check_policy(policy, ModelTable(config), Routers())
     except ValueError as exc:
         raise ConfigError(str(config.policy_path), "", str(exc)) from exc
     print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "

@@ -10,6 +10,10 @@ first chunk has been read. Nothing reaches the client until the pipeline returns
 stage may still throw a reply away and try something else (the route stage's tier fallback).
 A stage that needs the end of the reply (an admission slot to release, an answer to store)
 registers ``on_close``; one that needs the bytes sent registers a ``tap``.
+
+:class:`Stage` is the shape of one step of the pipeline (``gateway/stages/``), and
+:data:`Next` the rest of the pipeline after it: they live here, beside what they pass, so
+that a stage imports neither the pipeline nor the table that builds it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from gateway.requestlog import RequestRecord
 if TYPE_CHECKING:
     from gateway.policy import Policy
 
-__all__ = ["Headers", "Kind", "Memo", "Outcome", "Reply", "RequestContext", "Stream", "Ticket"]
+__all__ = ["Headers", "Kind", "Memo", "Next", "Outcome", "Reply", "RequestContext", "Stage",
+           "Stream", "Ticket"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -167,3 +172,15 @@ class Reply:
             self.stream.close(outcome.upstream_failed)
         for closer in closers:
             closer(outcome)
+
+
+#: The rest of the pipeline after a stage: the next stages, then dispatch.
+Next = Callable[[RequestContext], Awaitable[Reply]]
+
+
+class Stage(Protocol):
+    """One step of the pipeline, middleware style: it may answer by itself (a cache hit, a
+    shed answer), change the context before calling ``call_next`` (choose the model to
+    serve), or look at the reply that comes back (store it, release a slot when it ends)."""
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply: ...

@@ -55,7 +55,7 @@ from gateway.upstreams.base import RawHeaders, Upstream, UpstreamRequest, Upstre
 from gateway.upstreams.base import Reply as Response
 
 if TYPE_CHECKING:
-    from gateway.state import ModelTable
+    from gateway.models import ModelTable
 
 __all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms"]
 

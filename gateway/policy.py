@@ -266,16 +266,13 @@ class PromptCachePolicy:
 
 @dataclass(frozen=True)
 class PipelinePolicy:
-    """The stages every model request goes through, in order (see gateway.pipeline); the
-    terminal step (dispatch to the upstreams) always comes last."""
+    """The stages every model request goes through, in order; the terminal step (dispatch to
+    the upstreams) always comes last. The names are checked against the stage table
+    (:func:`gateway.stage_table.check_stages`) by whatever loads the policy to serve it: the
+    gateway at start-up and on reload, and ``gateway check``."""
 
     stages: tuple[str, ...] = ("rate_limit", "cache", "route", "compress", "prompt_cache",
                                "admission")
-
-    def __post_init__(self) -> None:
-        from gateway.pipeline import check_stages  # stages import this module
-
-        check_stages(self.stages)
 
 
 @dataclass(frozen=True)

@@ -21,50 +21,34 @@ from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
 from gateway.cache.verifiers import Kind, PolicyVerifier
 from gateway.compression.state import CompressionState
-from gateway.config import CacheConfig, Config, Target, UpstreamConfig
+from gateway.config import CacheConfig, Config, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
 from gateway.drain import Drain
 from gateway.embedding import Embed, LoadEmbedder
 from gateway.engine_metrics import EngineScraper
-from gateway.errors import ModelNotFound
 from gateway.metrics import Metrics
+from gateway.models import ModelTable
 from gateway.pipeline import Pipeline
 from gateway.policy import Policy, PolicyStore
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.requestlog import RequestIds, RequestLogger
 from gateway.routing.routers import Routers
+from gateway.stage_table import Services, check_stages
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 from llm_wire.asgi import DisconnectWatches
 
-__all__ = ["Gateway", "ModelRoute", "ModelTable", "Runtime", "build_cache", "build_upstream"]
+__all__ = ["Gateway", "Runtime", "build_cache", "build_upstream", "check_policy"]
 
 
-@dataclass(frozen=True, slots=True)
-class ModelRoute:
-    name: str
-    targets: tuple[Target, ...]
-
-
-class ModelTable:
-    """Public model names and aliases -> the model's ordered targets."""
-
-    def __init__(self, config: Config):
-        self.routes: dict[str, ModelRoute] = {}
-        self.names: list[str] = []
-        for name, model in config.models.items():
-            route = ModelRoute(name, model.targets)
-            self.names.append(name)
-            for public in (name, *model.aliases):
-                self.routes[public] = route
-
-    def resolve(self, name: str) -> ModelRoute:
-        route = self.routes.get(name)
-        if route is None:
-            raise ModelNotFound(f"the model '{name}' does not exist on this gateway; "
-                                "GET /v1/models lists the available models", param="model")
-        return route
+def check_policy(policy: Policy, models: ModelTable, routers: Routers) -> None:
+    """What a policy names must exist on this gateway: its stages (the stage table), the
+    models its tiers and rate limits name, the routers' artifacts. Raises ValueError naming
+    the key; run on every policy loaded (start-up, live reload) and by ``gateway check``."""
+    check_stages(policy.pipeline.stages)
+    routers.check(policy.routing, models.routes.keys())
+    policy.rate_limits.check_models({*models.routes, *policy.routing.routers})
 
 
 def build_cache(config: CacheConfig, embed: Embed | None,
@@ -153,8 +137,13 @@ class Gateway:
         self.metrics.registry.register(self.engine_metrics.collector())
         #: The compress stage's learned rates and token counters (kept across reloads).
         self.compression = CompressionState(embed)
+        self.services = Services(
+            metrics=self.metrics, models=self.models, upstreams=self.upstreams,
+            cache=self.cache, routers=self.routers, compression=self.compression,
+            prompt_memory=self.prompt_memory, rate_limiter=self.rate_limiter,
+            entry_limits=self.entry_limits, model_limiters=self.model_limiters)
         self._terminal = Dispatch(self.dispatcher, self.models)
-        self.runtime = Runtime(policy, Pipeline(policy, self, self._terminal))
+        self.runtime = Runtime(policy, Pipeline(policy, self.services, self._terminal))
         self._load_embedder = load_embedder
         self._stop_embedder: Callable[[], None] | None = None
         self._loading: asyncio.Task[None] | None = None
@@ -165,8 +154,7 @@ class Gateway:
         return self.runtime.policy
 
     def _check_policy(self, policy: Policy) -> None:
-        self.routers.check(policy.routing, self.models.routes.keys())
-        policy.rate_limits.check_models({*self.models.routes, *policy.routing.routers})
+        check_policy(policy, self.models, self.routers)
 
     def _policy_reloaded(self, ok: bool) -> None:
         """After each reload attempt, on the event loop: swap the runtime and follow the new
@@ -175,7 +163,7 @@ class Gateway:
         policy = self.policies.current
         if not ok or policy is self.runtime.policy:
             return
-        self.runtime = Runtime(policy, Pipeline(policy, self, self._terminal))
+        self.runtime = Runtime(policy, Pipeline(policy, self.services, self._terminal))
         self.dispatcher.update(policy)
         self.model_limiters.update(policy.admission)
         if self._wants_embedder():

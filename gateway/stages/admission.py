@@ -32,18 +32,13 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from gateway.admission import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
-from gateway.context import Headers, Outcome, Reply, RequestContext, Ticket
+from gateway.context import Headers, Next, Outcome, Reply, RequestContext, Ticket
 from gateway.metrics import Metrics
-from gateway.pipeline import Next
 
 if TYPE_CHECKING:
-    from gateway.policy import Policy
-    from gateway.state import Gateway, ModelTable
+    from gateway.models import ModelTable
 
-__all__ = ["AFTER", "AdmissionStage", "build", "ticket"]
-
-#: Admission needs the model to serve, which the route stage chooses.
-AFTER = ("route",)
+__all__ = ["AdmissionStage", "build", "ticket"]
 
 
 async def _within(answer: Awaitable[Reply | None], wait_ms: float) -> Reply | None:
@@ -54,9 +49,10 @@ async def _within(answer: Awaitable[Reply | None], wait_ms: float) -> Reply | No
         return None
 
 
-def build(gateway: Gateway, policy: Policy) -> AdmissionStage:
-    return AdmissionStage(gateway.entry_limits, gateway.model_limiters, gateway.metrics,
-                          gateway.models)
+def build(limits: EntryLimits, model_limiters: ModelLimiters, metrics: Metrics,
+          models: ModelTable) -> AdmissionStage:
+    """Always on: its limits come from each request's policy snapshot (``[admission]``)."""
+    return AdmissionStage(limits, model_limiters, metrics, models)
 
 
 def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Headers, size: int) -> Ticket:

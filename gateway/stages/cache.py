@@ -39,29 +39,25 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from gateway.cache.cache import CacheStats, Lookup, ResponseCache
-from gateway.context import Outcome, Reply, RequestContext
+from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.formats.answer import Answer
-from gateway.pipeline import Next
 from gateway.policy import CachePolicy
 from gateway.upstreams.base import Upstream
-
-if TYPE_CHECKING:
-    from gateway.policy import Policy
-    from gateway.state import Gateway
 
 __all__ = ["CacheStage", "build"]
 
 _JSON = (b"content-type", b"application/json")
 
 
-def build(gateway: Gateway, policy: Policy) -> CacheStage | None:
-    """None when the gateway has no cache or the policy turns it off."""
-    if gateway.cache is None or not policy.cache.enabled:
+def build(policy: CachePolicy, cache: ResponseCache | None,
+          upstreams: Mapping[str, Upstream]) -> CacheStage | None:
+    """None when the gateway has no cache (``[cache] enabled`` in its config) or the policy
+    turns it off."""
+    if cache is None or not policy.enabled:
         return None
-    return CacheStage(gateway.cache, gateway.upstreams)
+    return CacheStage(cache, upstreams)
 
 
 class CacheStage:

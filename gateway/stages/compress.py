@@ -38,6 +38,7 @@ Sources: LongLLMLingua (Jiang et al., ACL 2024); Lost in the Middle (Liu et al.,
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -51,32 +52,27 @@ from gateway.compression.policy import CompressionPolicy
 from gateway.compression.scoring import engine_scorer
 from gateway.compression.state import CompressionState
 from gateway.compression.tokens import CountTokens, estimate
-from gateway.context import Outcome, Reply, RequestContext
+from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import InvalidRequest
-from gateway.pipeline import Next
 
 if TYPE_CHECKING:
-    from gateway.policy import Policy
-    from gateway.state import Gateway, ModelTable
+    from gateway.models import ModelTable
     from gateway.upstreams.base import Upstream
 
-__all__ = ["AFTER", "HEADER", "CompressStage", "build", "requested_ratio"]
-
-#: The cache keys on the request as the client sent it; the tokenizer and the prefill rate
-#: are the model's the route stage chose.
-AFTER = ("cache", "route")
+__all__ = ["HEADER", "CompressStage", "build", "requested_ratio"]
 
 HEADER = b"x-gateway-compress"
 
 log = structlog.get_logger("gateway.compression")
 
 
-def build(gateway: Gateway, policy: Policy) -> CompressStage | None:
+def build(policy: CompressionPolicy, state: CompressionState, models: ModelTable,
+          upstreams: Mapping[str, Upstream]) -> CompressStage | None:
     """None when the policy turns compression off."""
-    if not policy.compression.enabled:
+    if not policy.enabled:
         return None
-    gateway.compression.warm()
-    return CompressStage(gateway.compression, gateway.models, gateway.upstreams)
+    state.warm()
+    return CompressStage(state, models, upstreams)
 
 
 def requested_ratio(headers: list[tuple[bytes, bytes]]) -> tuple[bool, float | None]:
@@ -102,7 +98,7 @@ def requested_ratio(headers: list[tuple[bytes, bytes]]) -> tuple[bool, float | N
 
 class CompressStage:
     def __init__(self, state: CompressionState, models: ModelTable,
-                 upstreams: dict[str, Upstream]) -> None:
+                 upstreams: Mapping[str, Upstream]) -> None:
         self.state = state
         self.models = models
         self.upstreams = upstreams

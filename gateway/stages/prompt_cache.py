@@ -29,27 +29,22 @@ https://platform.openai.com/docs/guides/prompt-caching.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gateway.context import Reply, RequestContext
-from gateway.pipeline import Next
+from gateway.context import Next, Reply, RequestContext
 from gateway.policy import PromptCachePolicy
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.shape import Settings, Shaping
 from gateway.prompt_cache.volatile import Detector
 
-if TYPE_CHECKING:
-    from gateway.policy import Policy
-    from gateway.state import Gateway
-
 __all__ = ["PromptCacheStage", "build", "settings"]
 
 
-def build(gateway: Gateway, policy: Policy) -> PromptCacheStage | None:
+def build(policy: PromptCachePolicy, memory: PromptMemory) -> PromptCacheStage | None:
     """None when the policy turns the stage off."""
-    if not policy.prompt_cache.enabled:
+    if not policy.enabled:
         return None
-    return PromptCacheStage(settings(policy.prompt_cache), gateway.prompt_memory)
+    return PromptCacheStage(settings(policy), memory)
 
 
 def settings(policy: PromptCachePolicy) -> Settings:

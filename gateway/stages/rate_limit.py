@@ -33,9 +33,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gateway.context import Headers, Outcome, Reply, RequestContext
+from gateway.context import Headers, Next, Outcome, Reply, RequestContext
 from gateway.errors import RateLimited
-from gateway.pipeline import Next
 from gateway.ratelimit.gcra import Bucket, Verdict
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.policy import Limits, RateLimitPolicy
@@ -43,7 +42,6 @@ from gateway.ratelimit.policy import Limits, RateLimitPolicy
 if TYPE_CHECKING:
     from gateway.policy import Policy
     from gateway.requestlog import RequestRecord
-    from gateway.state import Gateway
 
 __all__ = ["RateLimitStage", "build", "charge_request", "duration", "reservation",
            "rfc3339_after"]
@@ -52,11 +50,11 @@ _KINDS = ("requests", "tokens")
 _NAMES = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)"}
 
 
-def build(gateway: Gateway, policy: Policy) -> RateLimitStage | None:
+def build(policy: RateLimitPolicy, limiter: RateLimiter) -> RateLimitStage | None:
     """None when the policy sets no limit (or ``enabled = false``)."""
-    if not policy.rate_limits.active:
+    if not policy.active:
         return None
-    return RateLimitStage(policy.rate_limits, gateway.rate_limiter)
+    return RateLimitStage(policy, limiter)
 
 
 def duration(seconds: float) -> str:

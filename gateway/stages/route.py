@@ -13,38 +13,31 @@ a router opts them in (``routing.routers.NAME.models``).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import orjson
 import structlog
 
 from gateway.admission import Shed
-from gateway.context import Outcome, Reply, RequestContext
+from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import NoUpstreamAvailable, Overloaded, UpstreamError, UpstreamTimeout
-from gateway.pipeline import Next
-from gateway.policy import RouterPolicy
+from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.routers import Decision, Routers
-
-if TYPE_CHECKING:
-    from gateway.policy import Policy
-    from gateway.state import Gateway
 
 __all__ = ["RouteStage", "build", "failed_status"]
 
 log = structlog.get_logger("gateway.routing")
 
 
-def build(gateway: Gateway, policy: Policy) -> RouteStage | None:
+def build(routing: RoutingPolicy, routers: Routers) -> RouteStage | None:
     """None when the policy has no router (nothing to route)."""
-    if not policy.routing.enabled or not policy.routing.routers:
+    if not routing.enabled or not routing.routers:
         return None
-    return RouteStage(gateway.routers, policy)
+    return RouteStage(routers, routing)
 
 
 class RouteStage:
-    def __init__(self, routers: Routers, policy: Policy) -> None:
+    def __init__(self, routers: Routers, routing: RoutingPolicy) -> None:
         self.routers = routers
-        routing = policy.routing
         #: The router aliases clients may send as ``model``.
         self.aliases = frozenset(routing.routers) if routing.enabled else frozenset()
 
