@@ -11,12 +11,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.app import create_app
 from gateway.cli import main
 from gateway.config import load_config
 from gateway.errors import ConfigError
-from gateway.policy import PolicyStore
+from gateway.policy import PipelinePolicy, PolicyStore
+from gateway.stage_table import STAGES, check_stages
 from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer, gateway_toml
 from tests.gateway.routing.test_routing import (
     HARD,
@@ -150,15 +152,25 @@ def test_admission_limits_apply_only_when_the_pipeline_names_it(
         assert len(fake.records) == 2
 
 
+# --- the stage table ------------------------------------------------------------------------
+
+def test_the_stage_table_reads_as_the_default_pipeline() -> None:
+    assert tuple(STAGES) == PipelinePolicy().stages
+    check_stages(PipelinePolicy().stages)
+    assert all(set(row.after) < set(STAGES) for row in STAGES.values())
+
+
 # --- bad pipeline lists ----------------------------------------------------------------------
 
 BAD = pytest.mark.parametrize(("stages", "message"), [
-    ('["cache", "x"]', ("stages[1]: unknown stage 'x'; known stages: admission, cache, "
-                        "compress, prompt_cache, rate_limit, route")),
-    ('["cache", "route", "cache"]', "stages[2]: 'cache' is listed twice"),
-    ('["admission", "route"]', "stages[0]: 'admission' must come after 'route'"),
+    ('["cache", "x"]', ("pipeline.stages[1]: unknown stage 'x'; known stages: admission, "
+                        "cache, compress, prompt_cache, rate_limit, route")),
+    ('["cache", "route", "cache"]', "pipeline.stages[2]: 'cache' is listed twice"),
+    ('["admission", "route"]', "pipeline.stages[0]: 'admission' must come after 'route'"),
+    ('["route", "compress", "cache"]',
+     "pipeline.stages[1]: 'compress' must come after 'cache'"),
     ('"cache"', "pipeline.stages: expected a list"),
-], ids=["unknown", "duplicate", "impossible-order", "not-a-list"])
+], ids=["unknown", "duplicate", "impossible-order", "impossible-order-2", "not-a-list"])
 
 
 def write_config(tmp_path: Path, fake_server: FakeServer, stages: str) -> Path:
@@ -173,16 +185,14 @@ def test_a_bad_pipeline_stops_the_gateway_at_start_up(tmp_path, fake_server, sta
     config = load_config(write_config(tmp_path, fake_server, stages))
     with pytest.raises(ConfigError) as caught:
         create_app(config)
-    assert f"{tmp_path / 'policy.toml'}: pipeline" in str(caught.value)
-    assert message in str(caught.value)
+    assert f"{tmp_path / 'policy.toml'}: {message}" in str(caught.value)
 
 
 @BAD
 def test_gateway_check_reports_a_bad_pipeline(tmp_path, fake_server, capsys, stages, message):
     path = write_config(tmp_path, fake_server, stages)
     assert main(["check", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert f"{tmp_path / 'policy.toml'}: pipeline" in err and message in err
+    assert f"{tmp_path / 'policy.toml'}: {message}" in capsys.readouterr().err
 
 
 @BAD
@@ -191,8 +201,11 @@ def test_a_bad_pipeline_edit_is_rejected_live_and_the_old_one_keeps_serving(
     gw = make_gateway(CACHE_CONFIG, policy=policy(), watch=True)
     assert ask(gw).headers["x-cache"] == "miss"
     stored(gw)
-    edit(gw, policy("v2") + f"\n[pipeline]\nstages = {stages}\n")
+    with capture_logs() as logs:
+        edit(gw, policy("v2") + f"\n[pipeline]\nstages = {stages}\n")
     assert gw.gateway.policies.rejected == 1
+    [rejected] = [e for e in logs if e["event"] == "policy_rejected"]
+    assert rejected["error"].startswith(f"{gw.policy_path}: {message}")
     assert gw.gateway.policy.version == "v1"
     after = ask(gw)
     assert after.headers["x-cache"] == "hit"  # still the old pipeline, cache first
