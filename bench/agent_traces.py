@@ -13,7 +13,7 @@ time, and the tools come in a different order on every request, as MCP clients s
 Setups: ``none`` (the client marks nothing) and ``markers`` (LiteLLM-style fixed markers: the
 client marks the system prompt and the last message with ``cache_control``; Anthropic only,
 OpenAI has no markers). Anthropic bodies are the OpenAI request converted by
-:func:`gateway.formats.anthropic_openai.anthropic_request`: the client speaks /v1/messages.
+:func:`gateway.formats.openai_to_anthropic.anthropic_request`: the client speaks /v1/messages.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from gateway.formats.anthropic_openai import anthropic_request
+from gateway.formats.openai_to_anthropic import anthropic_request
 from gateway.testing.cache_sim import (
     Tokenizer,
     anthropic_min_tokens,

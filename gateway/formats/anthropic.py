@@ -41,8 +41,7 @@ from llm_wire.sse import json_event
 __all__ = [
     "AnswerCollector", "StreamObserver", "answer_from_message", "chat_view", "error_body",
     "error_event", "error_status", "error_type", "error_type_of", "finish_reason_of",
-    "message_body", "message_events", "parse_request", "stop_reason_of", "usage_from_openai",
-    "usage_to_openai",
+    "message_body", "message_events", "parse_request", "stop_reason_of", "usage_to_openai",
 ]
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -67,17 +66,6 @@ def usage_to_openai(usage: dict[str, Any]) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": read}}
-
-
-def usage_from_openai(usage: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI usage -> Anthropic usage (cache reads split out of ``input_tokens``; OpenAI
-    reports no cache writes)."""
-    details = usage.get("prompt_tokens_details")
-    read = (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    prompt = usage.get("prompt_tokens") or 0
-    return {"input_tokens": max(prompt - read, 0), "output_tokens":
-            usage.get("completion_tokens") or 0, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": read}
 
 
 # -- requests --------------------------------------------------------------------------------

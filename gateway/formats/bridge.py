@@ -1,12 +1,16 @@
-"""A request on its way to an upstream that speaks the other API, and its answer back.
+"""A request on its way to an upstream that speaks the other API, and its answer back: a
+table of the two directions, each a :class:`Bridge` from a client API to an upstream API.
 
-A :class:`Bridge` joins a client API to an upstream API (``openai`` -> ``anthropic`` or
-``anthropic`` -> ``openai``): the upstream path, the request body translated for the target
-model, and the answer translated back, whole (:meth:`Bridge.response`, :meth:`Bridge.error`)
-or event by event (:class:`TranslatedStream`). The translations themselves are
-:mod:`gateway.formats.anthropic_openai` and :mod:`gateway.formats.anthropic_openai_stream`;
-only the chat endpoints cross (``/v1/completions`` and ``/v1/embeddings`` have no Anthropic
-counterpart: 400).
+    ("openai", "anthropic")   :class:`~gateway.formats.openai_to_anthropic.OpenAIToAnthropic`
+    ("anthropic", "openai")   :class:`~gateway.formats.anthropic_to_openai.AnthropicToOpenAI`
+
+A direction gives the upstream path, the request body translated for the target model, and
+the answer translated back, whole (``response``, ``error``) or event by event (``stream``,
+driven by :class:`TranslatedStream`). Only the chat endpoints cross (``/v1/completions`` and
+``/v1/embeddings`` have no Anthropic counterpart: 400). One translator per (client API,
+upstream API) pair, each with its own tests, as Envoy AI Gateway lays out its translators.
+Sources: https://platform.openai.com/docs/api-reference/chat,
+https://docs.anthropic.com/en/api/messages
 """
 
 from __future__ import annotations
@@ -15,65 +19,45 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from gateway.errors import InvalidRequest
-from gateway.formats import anthropic_openai as translate
-from gateway.formats.anthropic_openai_stream import (
-    AnthropicStreamFromOpenAI,
-    OpenAIStreamFromAnthropic,
-)
+from gateway.formats.anthropic_to_openai import AnthropicToOpenAI
+from gateway.formats.openai_to_anthropic import OpenAIToAnthropic
+from gateway.formats.translator import Translator
 
 __all__ = ["Bridge", "TranslatedStream", "bridge"]
 
-#: Each API's chat endpoint, relative to its upstreams' base URL (OpenAI's base URL ends in
-#: /v1; Anthropic's, as its SDK takes it, does not).
-CHAT_PATHS = {"openai": "/chat/completions", "anthropic": "/v1/messages"}
 
+class Bridge(Protocol):
+    """One direction, from a client API to an upstream API."""
 
-class Translator(Protocol):
-    done: bool
-
-    def feed(self, chunk: bytes) -> bytes: ...
-
-    def flush(self) -> bytes: ...
-
-
-class Bridge:
-    """From ``client`` API to ``upstream`` API (``path``: the upstream's chat endpoint)."""
-
-    __slots__ = ("client", "path", "upstream")
-
-    def __init__(self, client: str, upstream: str) -> None:
-        self.client = client
-        self.upstream = upstream
-        self.path = CHAT_PATHS[upstream]
+    @property
+    def path(self) -> str:
+        """The upstream's chat endpoint, relative to its base URL."""
+        ...
 
     def request(self, body: dict[str, Any], model: str, default_max_tokens: int
                 ) -> dict[str, Any]:
         """The client's (already checked) body for ``model`` upstream; raises
         InvalidRequest (400) naming what the upstream's API cannot express."""
-        if self.upstream == "anthropic":
-            return translate.anthropic_request(body, model, default_max_tokens)
-        return translate.openai_request(body, model)
+        ...
 
     def response(self, body: bytes) -> bytes:
-        """A complete 200 response, in the client's format."""
-        if self.client == "openai":
-            return translate.openai_response(body)
-        return translate.anthropic_response(body)
+        """A complete 200 response, in the client's format; raises UpstreamError (502) for
+        a body that is not one."""
+        ...
 
     def error(self, status: int, body: bytes) -> tuple[int, bytes]:
         """An error response (status, body) in the client's format."""
-        if self.client == "openai":
-            return (503 if status == 529 else status), translate.openai_error(status, body)
-        return translate.anthropic_error(status, body)
+        ...
 
     def stream(self) -> Translator:
-        if self.client == "openai":
-            return OpenAIStreamFromAnthropic()
-        return AnthropicStreamFromOpenAI()
+        """A new translator for one streamed answer."""
+        ...
 
 
-_BRIDGES = {("openai", "anthropic"): Bridge("openai", "anthropic"),
-            ("anthropic", "openai"): Bridge("anthropic", "openai")}
+_DIRECTIONS: dict[tuple[str, str], Bridge] = {
+    ("openai", "anthropic"): OpenAIToAnthropic(),
+    ("anthropic", "openai"): AnthropicToOpenAI(),
+}
 
 
 def bridge(client: str, upstream: str, kind: str) -> Bridge | None:
@@ -85,7 +69,7 @@ def bridge(client: str, upstream: str, kind: str) -> Bridge | None:
         raise InvalidRequest(f"/v1/{kind} is not available for this model: it is served by "
                              f"an {upstream.capitalize()} upstream, which has no such endpoint",
                              code="unsupported_endpoint")
-    return _BRIDGES[(client, upstream)]
+    return _DIRECTIONS[(client, upstream)]
 
 
 class TranslatedStream:

@@ -6,7 +6,7 @@ the key goes in ``x-api-key``, ``anthropic-version`` is the client's when it sen
 knows the shape it speaks), else the configured one, and ``anthropic-beta`` carries the
 configured features plus the client's. Requests reach it in the Messages format: either an
 Anthropic client's body, forwarded as it is (``cache_control`` and ``thinking`` blocks
-intact), or an OpenAI client's, translated by :mod:`gateway.formats.anthropic_openai`.
+intact), or an OpenAI client's, translated by :mod:`gateway.formats.openai_to_anthropic`.
 Reference: https://docs.anthropic.com/en/api/versioning, https://docs.anthropic.com/en/api/beta-headers
 """
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.formats.anthropic_openai import anthropic_request
+from gateway.formats.openai_to_anthropic import anthropic_request
 
 __all__ = ["DATA", "INSTRUCTION", "KV_INSTRUCTION", "SOURCES", "Item", "anthropic_body",
            "chat_items", "kv_items", "kv_json", "nq_document", "nq_items", "tau_items"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.formats.anthropic_openai import anthropic_request
+from gateway.formats.openai_to_anthropic import anthropic_request
 from gateway.policy import PromptCachePolicy
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.relocate import MARKER, system_texts

@@ -1,6 +1,7 @@
-"""An Anthropic client served by an OpenAI-compatible upstream (a hosted API, vLLM, SGLang,
+"""An Anthropic client calling an OpenAI-compatible upstream (a hosted API, vLLM, SGLang,
 the local engine): its Messages request becomes a Chat Completions request. Pure, no I/O.
-Import it through :mod:`gateway.formats.anthropic_openai`, which re-exports it.
+
+    openai_request(body, model) -> the Chat Completions request (a dict)
 
 Request, Anthropic -> OpenAI (a field with no equivalent raises :class:`InvalidRequest`, 400,
 ``param`` naming it, the message naming the feature; so does any field not listed here)::

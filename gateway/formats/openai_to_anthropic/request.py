@@ -1,19 +1,7 @@
-"""OpenAI Chat Completions <-> Anthropic Messages: requests, complete answers and errors, both
-ways. Pure, no I/O; streams are translated elsewhere.
-
-An OpenAI client calling a Claude model (this module)::
+"""An OpenAI client calling an Anthropic upstream: its Chat Completions request becomes a
+Messages request. Pure, no I/O.
 
     anthropic_request(body, model, default_max_tokens) -> the Messages request (a dict)
-    openai_response(body, model=None)                   -> the chat.completion body (bytes)
-    openai_error(status, body)                          -> the OpenAI error body (bytes)
-
-An Anthropic client calling an OpenAI-compatible model or the local engine (the request
-table is in :mod:`gateway.formats.anthropic_via_openai`, answers and errors are in
-:mod:`gateway.formats.anthropic_openai_answers`; all re-exported here)::
-
-    openai_request(body, model)                         -> the Chat Completions request
-    anthropic_response(body, model=None)                -> the Messages response body
-    anthropic_error(status, body)                       -> (status, the Anthropic error body)
 
 Inputs are the validated request dicts. What has no equivalent raises
 :class:`~gateway.errors.InvalidRequest` (400, code ``unsupported_parameter`` or
@@ -75,17 +63,9 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
-from gateway.formats.anthropic_openai_answers import (
-    anthropic_error,
-    anthropic_response,
-    openai_error,
-    openai_response,
-    tool_use_id,
-)
-from gateway.formats.anthropic_via_openai import openai_request
+from gateway.formats.translator import tool_use_id
 
-__all__ = ["anthropic_error", "anthropic_request", "anthropic_response", "openai_error",
-           "openai_request", "openai_response"]
+__all__ = ["anthropic_request"]
 
 _UPSTREAM = "an Anthropic upstream"
 _JOIN = "\n\n"  # between system prompts

@@ -1,0 +1,115 @@
+"""An Anthropic client calling an OpenAI-compatible upstream: the upstream's complete answer
+becomes a Messages response body, its error an Anthropic error. Pure, no I/O.
+
+    anthropic_response(body, model=None) -> the Messages response body (bytes)
+    anthropic_error(status, body)        -> (status, the Anthropic error body)
+    usage_from_openai(usage)             -> Anthropic usage (also for the stream)
+
+Stop reasons and error types by status are mapped by :mod:`gateway.formats.anthropic`.
+Sources: https://docs.anthropic.com/en/api/messages, https://docs.anthropic.com/en/api/errors,
+https://platform.openai.com/docs/api-reference/chat/object,
+https://platform.openai.com/docs/guides/error-codes
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from gateway.errors import UpstreamError
+from gateway.formats.anthropic import error_type_of, stop_reason_of
+from gateway.formats.translator import tool_use_id
+
+__all__ = ["anthropic_error", "anthropic_response", "usage_from_openai"]
+
+
+def usage_from_openai(usage: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI usage -> Anthropic usage (cache reads split out of ``input_tokens``; OpenAI
+    reports no cache writes)."""
+    details = usage.get("prompt_tokens_details")
+    read = (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    prompt = usage.get("prompt_tokens") or 0
+    return {"input_tokens": max(prompt - read, 0), "output_tokens":
+            usage.get("completion_tokens") or 0, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": read}
+
+
+def anthropic_response(body: bytes, model: str | None = None) -> bytes:
+    """The Messages response body (bytes) for an OpenAI ``chat.completion`` body (HTTP 200).
+
+    ``{id: "msg_" + the completion id without its "chatcmpl-" (and "msg_") prefix, or a new
+    one, type "message", role "assistant", model: ``model`` or the body's, content: [a text
+    block (or the refusal) when there is text, tool_use blocks], stop_reason, stop_sequence:
+    null, usage}``.
+    Tool call arguments that are not a JSON object become ``input: {}`` (the client's tool
+    reports the missing arguments better than a failed answer would). A tool call answered
+    with ``finish_reason: "stop"`` (some servers do) gets ``stop_reason: "tool_use"``, which
+    Anthropic tool loops wait for. Reasoning text (``reasoning_content``) is dropped: an
+    Anthropic thinking block needs a signature. Raises UpstreamError (502) for a body that
+    is not a completion.
+    """
+    try:
+        completion = orjson.loads(body)
+        choice = completion["choices"][0]
+        message = choice["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise UpstreamError("the upstream's answer is not a chat.completion") from exc
+    content: list[dict[str, Any]] = []
+    text = message.get("content") or message.get("refusal")
+    if isinstance(text, list):  # content parts, as a few servers answer
+        text = "".join(part.get("text") or "" for part in text)
+    if text:
+        content.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        try:
+            arguments = orjson.loads(function.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            arguments = {}
+        content.append({"type": "tool_use", "id": tool_use_id(call.get("id")),
+                        "name": function.get("name", ""),
+                        "input": arguments if isinstance(arguments, dict) else {}})
+    stop = stop_reason_of(choice.get("finish_reason")) or "end_turn"
+    if stop == "end_turn" and any(block["type"] == "tool_use" for block in content):
+        stop = "tool_use"
+    id_ = completion.get("id")
+    rest = id_.removeprefix("chatcmpl-").removeprefix("msg_") if isinstance(id_, str) else ""
+    return orjson.dumps({
+        "id": "msg_" + (rest or uuid.uuid4().hex), "type": "message", "role": "assistant",
+        "model": model if model is not None else completion.get("model", ""),
+        "content": content, "stop_reason": stop, "stop_sequence": None,
+        "usage": usage_from_openai(completion.get("usage") or {}),
+    })
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+def _error_message(body: bytes) -> str | None:
+    """The message of an OpenAI error body (or of the shapes vLLM and FastAPI answer with)."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    error = obj.get("error")
+    for found in (error.get("message") if isinstance(error, dict) else error,
+                  obj.get("message"), obj.get("detail")):
+        if isinstance(found, str) and found:
+            return found
+    return None
+
+
+def anthropic_error(status: int, body: bytes) -> tuple[int, bytes]:
+    """``(status, body)`` on the Anthropic surface for an OpenAI-compatible upstream's error
+    answer: ``{"type": "error", "error": {"type", "message"}}``, the message kept, the type
+    by status. 503 becomes 529 ``overloaded_error`` (what Anthropic clients expect when
+    capacity runs out); other statuses are kept. A body with no message gets
+    ``"upstream error (HTTP <status>)"``."""
+    message = _error_message(body) or f"upstream error (HTTP {status})"
+    if status == 503:
+        status = 529
+    return status, orjson.dumps({"type": "error", "error": {
+        "type": error_type_of(status), "message": message}})

@@ -1,0 +1,104 @@
+"""What both directions of translation share (:mod:`gateway.formats.openai_to_anthropic`,
+:mod:`gateway.formats.anthropic_to_openai`). Pure, no I/O.
+
+- :class:`Translator`: what the bridge asks of a stream translator (``feed``, ``flush``,
+  ``done``), and :class:`EventTranslator`, the base both stream translators build on: it is
+  fed the upstream's raw bytes (cut anywhere, LF or CRLF line ends), cuts them into whole
+  events and returns whole translated events: ``feed(chunk) -> bytes`` (b"" when nothing is
+  complete yet), then ``flush() -> bytes`` at the end of the upstream body. ``done`` turns
+  True once the terminal event (``[DONE]`` / ``message_stop``) was emitted, and only when the
+  upstream sent its own terminator: a stream cut short gets no terminator, so the gateway
+  can report it as broken. An upstream error event (or an event that is not JSON, or out of
+  order) becomes the caller's error event and sets ``errored``; nothing is emitted after it.
+  Nothing is raised.
+- :func:`tool_use_id`: an OpenAI tool call id made acceptable to Anthropic, the same way in
+  a request, a whole answer and a stream, so that a call and its result still match.
+
+Wire formats: https://platform.openai.com/docs/api-reference/chat-streaming,
+https://docs.anthropic.com/en/docs/build-with-claude/streaming,
+https://docs.anthropic.com/en/api/messages (``tool_use.id``: ``^[a-zA-Z0-9_-]+$``)
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any, Protocol
+
+import orjson
+
+from llm_wire.sse import Event, EventReader
+
+__all__ = ["INVALID_EVENT", "EventTranslator", "Translator", "load_object", "tool_use_id"]
+
+#: The message of the error event that replaces an upstream event that cannot be read.
+INVALID_EVENT = "upstream sent an invalid stream event"
+
+_BAD_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def tool_use_id(call_id: Any) -> str:
+    """An id Anthropic accepts (``^[a-zA-Z0-9_-]+$``) for an OpenAI tool call id: some
+    servers write ``functions.get_weather:0``. The same id always gives the same answer, so a
+    tool call and its result still match; a missing id gets a new one."""
+    if not isinstance(call_id, str) or not call_id:
+        return "toolu_" + uuid.uuid4().hex
+    return _BAD_ID.sub("_", call_id)
+
+
+def load_object(data: bytes) -> dict[str, Any] | None:
+    """An event's data as a JSON object; None when it is not JSON or not an object."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class Translator(Protocol):
+    """A stream translator as the bridge drives it (see :class:`EventTranslator`)."""
+
+    done: bool
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+class EventTranslator:
+    """Cuts the upstream's bytes into events and hands each to ``_event`` until the stream
+    ends (``done``) or fails (``errored``). Subclasses implement ``_event(name, data) ->
+    bytes``: the translated events for one upstream event (b"" for none)."""
+
+    __slots__ = ("_reader", "done", "errored")
+
+    def __init__(self) -> None:
+        self._reader = EventReader()
+        self.done = False
+        self.errored = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take upstream bytes; return the translated events completed so far (may be b"")."""
+        if self.done or self.errored:
+            return b""
+        return self._translate(self._reader.feed(chunk))
+
+    def flush(self) -> bytes:
+        """At the end of the upstream body: what its unterminated last event translates to.
+        Never a terminator the upstream did not send."""
+        if self.done or self.errored:
+            return b""
+        return self._translate(self._reader.flush())
+
+    def _translate(self, events: list[Event]) -> bytes:
+        out = []
+        for name, data in events:
+            piece = self._event(name, data)
+            if piece:
+                out.append(piece)
+            if self.done or self.errored:
+                break
+        return b"".join(out)
+
+    def _event(self, name: str | None, data: bytes) -> bytes:
+        raise NotImplementedError
