@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway.policy import load_policy
+from gateway.routing.decision import Routers
 from gateway.routing.features import text_features
-from gateway.routing.routers import Routers
 from gateway.tools.embeddings import embed_texts
 from gateway.tools.train_router import curve, load_prompts
 

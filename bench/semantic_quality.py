@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway.cache.cross_verifier import CrossVerifier
-from gateway.cache.verifier import Verifier, pair_features
+from gateway.cache.mlp_verifier import MlpVerifier, pair_features
 from gateway.policy import CachePolicy, OperatingPoint
 from gateway.tools.embeddings import embed_texts
 from gateway.tools.hard_negatives import generate
@@ -73,7 +73,7 @@ def _cross_scorer(verifier: CrossVerifier) -> Scorer:
     return score
 
 
-def _mlp_scorer(verifier: Verifier) -> Scorer:
+def _mlp_scorer(verifier: MlpVerifier) -> Scorer:
     def score(a: list[str], b: list[str], ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
         x = np.stack([pair_features(p, q, u, v) for p, q, u, v in zip(a, b, ea, eb,
                                                                        strict=True)])
@@ -168,7 +168,7 @@ def quality(cache: CachePolicy, qqp_pairs: int = QQP_SAMPLE) -> dict[str, Any]:
         contenders["cross_v3"] = (_cross_scorer(CrossVerifier(threads=2)), cross_point)
     except FileNotFoundError as exc:  # not trained on this clone: say so, targets "no"
         out["cross_v3"] = {"missing": str(exc)}
-    contenders["mlp_v2"] = (_mlp_scorer(Verifier()), mlp_point)
+    contenders["mlp_v2"] = (_mlp_scorer(MlpVerifier()), mlp_point)
     contenders["static_cosine"] = (_static, OperatingPoint(STATIC_COSINE, 0.0))
     for name, (score, p) in contenders.items():
         out[name] = {"operating_point": {"similarity": p.similarity, "verifier": p.verifier},

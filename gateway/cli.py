@@ -28,7 +28,7 @@ from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.models import ModelTable
 from gateway.policy import load_policy
-from gateway.routing.routers import Routers
+from gateway.routing.decision import Routers
 from gateway.state import check_policy
 
 __all__ = ["main"]

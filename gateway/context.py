@@ -39,7 +39,7 @@ Headers = list[tuple[bytes, bytes]]
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """How a request queues for an admission slot: its priority class and whether it is a
-    long prompt (see :mod:`gateway.admission`)."""
+    long prompt (see :mod:`gateway.concurrency`)."""
 
     priority: str = "normal"
     long: bool = False

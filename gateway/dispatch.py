@@ -21,8 +21,8 @@ before sending anything is retried too. After that, the caller owns the stream (
 admission slot, which it releases when the stream ends).
 
 Before a target is tried, its circuit breaker must allow it and its limiter must admit the
-request (:mod:`gateway.admission`); a target that cannot take it is skipped, and when no
-target could, :class:`~gateway.admission.Shed` is raised for the degraded-mode actions. Every
+request (:mod:`gateway.concurrency`); a target that cannot take it is skipped, and when no
+target could, :class:`~gateway.concurrency.Shed` is raised for the degraded-mode actions. Every
 attempt after the first spends from the retry budget (:mod:`gateway.retry_budget`); when it
 is empty the request ends with what it has.
 """
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 
-from gateway.admission import Limiter, Shed, Slot
 from gateway.breaker import Breaker
+from gateway.concurrency import Limiter, Shed, Slot
 from gateway.config import Target
 from gateway.context import Reply, RequestContext, Stream, Ticket
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.admission import Shed
+from gateway.concurrency import Shed
 from gateway.context import Headers, Kind, Outcome, Reply, RequestContext
 from gateway.errors import GatewayError, ModelNotFound, UpstreamError
 from gateway.formats.apis import OPENAI, ApiFormat

@@ -28,7 +28,7 @@ TOKEN_KINDS = ("prompt", "completion", "cached", "cache_write")
 #: are its numerator. An upstream's own error type passes through as it is, when seen.
 ERROR_TYPES = ("invalid_request_error", "authentication_error", "permission_error",
                "upstream_error", "overloaded_error", "requests", "tokens", "server_error")
-#: gateway_shed_total{reason}: gateway.admission's Shed reasons and the dispatcher's
+#: gateway_shed_total{reason}: gateway.concurrency's Shed reasons and the dispatcher's
 #: breaker_open. The degraded answers' labels (``cache:REASON``, ``compressed:REASON``,
 #: ``rerouted:REASON``) depend on the policy's degraded actions and appear when seen.
 SHED_REASONS = ("queue_full", "queue_timeout", "priority_evicted", "breaker_open")

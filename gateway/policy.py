@@ -21,9 +21,9 @@ from typing import Literal
 import structlog
 import watchfiles
 
-from gateway.admission import AdmissionPolicy
 from gateway.breaker import BreakerPolicy
 from gateway.compression.policy import CompressionPolicy
+from gateway.concurrency import AdmissionPolicy
 from gateway.errors import ConfigError
 from gateway.ratelimit.policy import RateLimitPolicy
 from gateway.retry_budget import RetryBudgetPolicy
@@ -90,7 +90,7 @@ class DegradedPolicy:
 @dataclass(frozen=True)
 class OperatingPoint:
     """When a semantic-cache candidate is served: cosine similarity at least ``similarity``
-    and verifier score at least ``verifier`` (see gateway.cache.verifier)."""
+    and verifier score at least ``verifier`` (see gateway.cache.policy_verifier)."""
 
     similarity: float = bounded(0.5, ge=0.0, le=1.0)
     verifier: float = bounded(0.95, ge=0.0, le=1.0)
@@ -117,7 +117,8 @@ class CachePolicy:
     #: Lookups waiting for an embedding at once; beyond it the semantic layer is skipped.
     max_pending_embeddings: int = bounded(16, ge=1)
     #: The verifier of candidates past the cosine floor (its scores are the operating points'):
-    #: ``mlp`` (v2, gateway.cache.verifier) or ``cross`` (v3 cross-encoder, not yet shipped).
+    #: ``mlp`` (v2, gateway.cache.mlp_verifier) or ``cross`` (v3 cross-encoder, not yet
+    #: shipped).
     verifier: Literal["cross", "mlp"] = "mlp"
     operating_point: OperatingPoint = field(default_factory=OperatingPoint)
     #: Used by the degraded-mode ``cache`` action: a looser point, else the request is shed.

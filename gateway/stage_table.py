@@ -21,16 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.admission import EntryLimits, ModelLimiters
 from gateway.cache.cache import ResponseCache
 from gateway.compression.state import CompressionState
+from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.context import Stage
 from gateway.metrics import Metrics
 from gateway.models import ModelTable
 from gateway.policy import Policy
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
-from gateway.routing.routers import Routers
+from gateway.routing.decision import Routers
 from gateway.stages import admission, cache, compress, prompt_cache, rate_limit, route
 from gateway.upstreams.base import Upstream
 

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admission import EntryLimits, ModelLimiters
 from gateway.auth import Authenticator
 from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
-from gateway.cache.verifiers import Kind, PolicyVerifier
+from gateway.cache.policy_verifier import Kind, PolicyVerifier
 from gateway.compression.state import CompressionState
+from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.config import CacheConfig, Config, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
 from gateway.drain import Drain
@@ -33,7 +33,7 @@ from gateway.policy import Policy, PolicyStore
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.requestlog import RequestIds, RequestLogger
-from gateway.routing.routers import Routers
+from gateway.routing.decision import Routers
 from gateway.stage_table import Services, check_stages
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream

@@ -31,7 +31,7 @@ import structlog
 
 from gateway.cache.backend import Backend, Entry
 from gateway.cache.keys import CacheKey, cache_key, ineligible_reason
-from gateway.cache.verifiers import PairVerifier
+from gateway.cache.policy_verifier import PairVerifier
 from gateway.context import Headers, RequestContext
 from gateway.embedding import Embed
 from gateway.formats.answer import Answer

@@ -4,9 +4,9 @@ request cannot be admitted.
 Gateway-wide and per-key limits are checked on arrival (429 for a key's own limit, 503
 beyond the gateway's); a model with its own ``model_max_concurrency`` queues the request
 for a slot; the request's priority and prompt size (:class:`~gateway.context.Ticket`) decide
-how it queues there and at its upstreams' limiters (:mod:`gateway.admission`). When no
+how it queues there and at its upstreams' limiters (:mod:`gateway.concurrency`). When no
 target can take it (queue full or timed out, breakers open:
-:class:`~gateway.admission.Shed`), the policy's degraded actions run in order:
+:class:`~gateway.concurrency.Shed`), the policy's degraded actions run in order:
 
 - ``cache``: serve it from the semantic cache at the policy's relaxed operating point
   (``cache.relaxed``), if an earlier stage offered that, waiting at most
@@ -31,7 +31,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from gateway.admission import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
+from gateway.concurrency import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
 from gateway.context import Headers, Next, Outcome, Reply, RequestContext, Ticket
 from gateway.metrics import Metrics
 

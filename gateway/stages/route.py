@@ -17,11 +17,11 @@ import time
 import orjson
 import structlog
 
-from gateway.admission import Shed
+from gateway.concurrency import Shed
 from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import NoUpstreamAvailable, Overloaded, UpstreamError, UpstreamTimeout
 from gateway.policy import RouterPolicy, RoutingPolicy
-from gateway.routing.routers import Decision, Routers
+from gateway.routing.decision import Decision, Routers
 
 __all__ = ["RouteStage", "build", "failed_status"]
 

@@ -39,7 +39,7 @@ class PairScores:
 def score_pairs(path: Path, use_oof: bool = True) -> PairScores:
     """Embed and score every pair with the shipped verifier. On the verifier's own training
     file, its out-of-fold scores are used instead (so calibration is not in-sample)."""
-    from gateway.cache.verifier import ARTIFACT, Verifier, pair_features
+    from gateway.cache.mlp_verifier import ARTIFACT, MlpVerifier, pair_features
     from gateway.tools.embeddings import embed_texts
     from gateway.tools.train_verifier import load_pairs
 
@@ -51,7 +51,7 @@ def score_pairs(path: Path, use_oof: bool = True) -> PairScores:
         oof = np.load(oof_path)
         if len(oof["label"]) == len(y) and np.array_equal(oof["label"], y):
             return PairScores(a, b, y, cosine, oof["score"].astype(np.float64))
-    verifier = Verifier()
+    verifier = MlpVerifier()
     x = np.stack([pair_features(p, q, u, v) for p, q, u, v in zip(a, b, ea, eb, strict=True)])
     return PairScores(a, b, y, cosine, verifier.score_features(x))
 

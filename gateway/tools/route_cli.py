@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _eval(args: argparse.Namespace) -> int:
     from gateway.policy import load_policy
+    from gateway.routing.decision import Routers
     from gateway.routing.features import text_features
-    from gateway.routing.routers import Routers
     from gateway.tools.embeddings import embed_texts
 
     policy = load_policy(Path(args.policy)).routing

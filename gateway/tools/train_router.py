@@ -5,7 +5,7 @@
 
 Embeds each prompt with all-MiniLM-L6-v2 (cached under .cache/embeddings), adds the text
 features of :mod:`gateway.routing.features`, and fits the ensemble of
-:mod:`gateway.routing.router` over three outcomes per prompt: only the weak model right,
+:mod:`gateway.routing.difficulty` over three outcomes per prompt: only the weak model right,
 both or neither, only the strong model right (from RouteLLM's per-prompt correctness data,
 arXiv 2406.18665). The members, a multinomial logistic regression (scikit-learn) and four
 one-hidden-layer MLPs (torch), each predict the expected accuracy gain of the strong model,
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from gateway.routing.difficulty import ARTIFACTS, ensemble_gain
 from gateway.routing.features import FEATURE_NAMES, text_features
-from gateway.routing.router import ARTIFACTS, ensemble_gain
 
 __all__ = ["LabeledPrompts", "Model", "curve", "fit", "load_prompts", "main", "outcome",
            "save_artifact"]
@@ -152,7 +152,7 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, strata: np.ndarray, folds: int = 5
 
 def save_artifact(path: Path, model: Model, calibration: tuple[np.ndarray, ...],
                   version: str = VERSION) -> None:
-    """Write the artifact :class:`gateway.routing.router.Router` loads."""
+    """Write the artifact :class:`gateway.routing.difficulty.Router` loads."""
     thresholds, weak_share, quality = calibration
     arrays: dict[str, np.ndarray] = {
         "version": np.array(version), "dim": np.array(len(model.mean) - len(FEATURE_NAMES)),

@@ -3,7 +3,7 @@
     .venv/bin/python -m gateway.tools.train_verifier [--pairs ../shared/data/semantic_cache/qqp_pairs_dev.jsonl]
 
 Embeds both sides with all-MiniLM-L6-v2 (cached under .cache/embeddings), builds the pair
-features of :mod:`gateway.cache.verifier`, fits an ensemble of one-hidden-layer MLPs (torch,
+features of :mod:`gateway.cache.mlp_verifier`, fits an ensemble of one-hidden-layer MLPs (torch,
 dropout, AdamW; different seeds), and writes ``gateway/cache/verifier.npz``. Also writes the out-of-fold scores (5-fold cross-validation
 on the same dev pairs) to ``gateway/cache/verifier_oof.npz``, which ``gateway cache
 calibrate`` uses to pick an operating point without touching the test split.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from gateway.cache.verifier import ARTIFACT, pair_features
+from gateway.cache.mlp_verifier import ARTIFACT, pair_features
 from gateway.tools.embeddings import embed_texts
 
 __all__ = ["load_pairs", "main"]

@@ -75,7 +75,7 @@ class Upstream(abc.ABC):
     api: str = "openai"
     #: Requests it serves at once at most, when it knows (the local engine: its batch within
     #: max_step_slowdown, reported once up, else max_num_seqs); admission matches it
-    #: (gateway.admission.AdmissionPolicy.for_capacity), told of changes through
+    #: (gateway.concurrency.AdmissionPolicy.for_capacity), told of changes through
     #: :meth:`on_capacity`.
     capacity: int | None = None
     #: A started request may be cancelled for a cache hit found later (see

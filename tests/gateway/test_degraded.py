@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.admission import AdmissionPolicy
+from gateway.concurrency import AdmissionPolicy
 from gateway.stages.admission import ticket
 
 MESSAGES = [{"role": "user", "content": "hi"}]

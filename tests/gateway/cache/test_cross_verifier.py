@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gateway.cache.cross_verifier import ARTIFACT, VERSION, CrossVerifier
-from gateway.cache.verifiers import Kind, PolicyVerifier
+from gateway.cache.policy_verifier import Kind, PolicyVerifier
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
 

@@ -3,7 +3,7 @@
 A tiny router artifact (8-dim embeddings, weights chosen by hand) makes every decision
 predictable: the score rises with the numbers in the prompt, so "What is 12 + 30 + 7 ...?"
 goes to the large tier and "Say hello" to the small one. The shipped artifact is tested on
-its own (test_router.py).
+its own (test_difficulty.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import PolicyStore, load_policy
+from gateway.routing.difficulty import Router
 from gateway.routing.features import FEATURE_NAMES, text_features
-from gateway.routing.router import Router
 from gateway.state import Gateway
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.tools.train_router import Model, save_artifact

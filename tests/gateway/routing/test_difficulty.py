@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from gateway.policy import RouterPolicy
+from gateway.routing.decision import Routers
+from gateway.routing.difficulty import Router, artifact_path
 from gateway.routing.features import FEATURE_NAMES, text_features
-from gateway.routing.router import Router, artifact_path
-from gateway.routing.routers import Routers
 
 ROOT = Path(__file__).resolve().parents[3]
 MULTI_STEP = ("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning "

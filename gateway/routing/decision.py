@@ -20,8 +20,8 @@ import structlog
 
 from gateway.embedding import Embed, EmbeddingMemo
 from gateway.policy import RouterPolicy, RoutingPolicy
+from gateway.routing.difficulty import Router, artifact_path
 from gateway.routing.features import last_user_text, text_features, user_turns
-from gateway.routing.router import Router, artifact_path
 
 __all__ = ["Decision", "Routers"]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ARTIFACT", "NUM_TEXT_FEATURES", "Verifier", "pair_features", "text_features"]
+__all__ = ["ARTIFACT", "NUM_TEXT_FEATURES", "MlpVerifier", "pair_features", "text_features"]
 
 ARTIFACT = Path(__file__).with_name("verifier.npz")
 
@@ -105,7 +105,7 @@ def pair_features(a: str, b: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         np.float32)
 
 
-class Verifier:
+class MlpVerifier:
     """``score(a, b, u, v) -> P(same question)``. Loads the shipped artifact by default."""
 
     def __init__(self, path: Path = ARTIFACT):

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.admission import AdmissionPolicy, Limiter, Shed
+from gateway.concurrency import AdmissionPolicy, Limiter, Shed
 
 
 def limiter(**kw) -> Limiter:

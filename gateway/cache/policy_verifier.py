@@ -2,7 +2,7 @@
 
 Both shipped verifiers answer ``score(stored_or_new, other, u, v) -> P(same question)``;
 the cross-encoder (:mod:`gateway.cache.cross_verifier`, v3) reads the two texts together,
-the MLP (:mod:`gateway.cache.verifier`, v2) looks at their embeddings and word features.
+the MLP (:mod:`gateway.cache.mlp_verifier`, v2) looks at their embeddings and word features.
 :class:`PolicyVerifier` reads the current policy on every call, so a policy reload switches
 verifiers without a restart (the operating point in the same policy is calibrated for the
 verifier it names). A verifier whose artifact is missing scores 0.0: no semantic hit, never
@@ -40,9 +40,9 @@ def _load(kind: Kind) -> PairVerifier | None:
             from gateway.cache.cross_verifier import CrossVerifier
 
             return CrossVerifier()
-        from gateway.cache.verifier import Verifier
+        from gateway.cache.mlp_verifier import MlpVerifier
 
-        return Verifier()
+        return MlpVerifier()
     except (FileNotFoundError, ImportError, OSError) as exc:
         log.warning("cache_verifier_unavailable", verifier=kind, error=type(exc).__name__)
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.cache.verifier import Verifier, pair_features, text_features
+from gateway.cache.mlp_verifier import MlpVerifier, pair_features, text_features
 from local_engine.embedder import Embedder
 
 
@@ -16,11 +16,11 @@ def embed() -> Embedder:
 
 
 @pytest.fixture(scope="module")
-def verifier() -> Verifier:
-    return Verifier()
+def verifier() -> MlpVerifier:
+    return MlpVerifier()
 
 
-def score(verifier: Verifier, embed: Embedder, a: str, b: str) -> tuple[float, float]:
+def score(verifier: MlpVerifier, embed: Embedder, a: str, b: str) -> tuple[float, float]:
     u, v = embed([a, b])
     return float(u @ v), verifier.score(a, b, u, v)
 
@@ -31,7 +31,7 @@ def score(verifier: Verifier, embed: Embedder, a: str, b: str) -> tuple[float, f
     ("How can I lose weight fast?", "What are the quickest ways to lose weight?"),
     ("How do I bake bread?", "How can I bake bread at home?"),
 ])
-def test_paraphrases_pass(verifier: Verifier, embed: Embedder, a: str, b: str) -> None:
+def test_paraphrases_pass(verifier: MlpVerifier, embed: Embedder, a: str, b: str) -> None:
     cos, s = score(verifier, embed, a, b)
     assert s >= 0.75, (cos, s)
 
@@ -42,18 +42,18 @@ def test_paraphrases_pass(verifier: Verifier, embed: Embedder, a: str, b: str) -
     ("Is coffee good for your health?", "Is coffee not good for your health?"),
     ("What is the capital of France?", "What is the capital of Germany?"),
 ])
-def test_look_alikes_fail(verifier: Verifier, embed: Embedder, a: str, b: str) -> None:
+def test_look_alikes_fail(verifier: MlpVerifier, embed: Embedder, a: str, b: str) -> None:
     cos, s = score(verifier, embed, a, b)
     assert cos > 0.5  # a cosine threshold would be tempted...
     assert s < 0.5, (cos, s)  # ...the verifier is not
 
 
-def test_decisions_are_deterministic(verifier: Verifier, embed: Embedder) -> None:
+def test_decisions_are_deterministic(verifier: MlpVerifier, embed: Embedder) -> None:
     u, v = embed(["How do I bake bread?", "How can I bake bread at home?"])
     x = pair_features("How do I bake bread?", "How can I bake bread at home?", u, v)
     assert x.dtype == np.float32 and x.shape == (3 * len(u) + 1 + len(text_features("a", "b")),)
     assert verifier.score_features(x[None, :])[0] == verifier.score_features(x[None, :])[0]
-    assert Verifier().score("How do I bake bread?", "How can I bake bread at home?", u, v) \
+    assert MlpVerifier().score("How do I bake bread?", "How can I bake bread at home?", u, v) \
         == verifier.score("How do I bake bread?", "How can I bake bread at home?", u, v)
 
 
