@@ -45,7 +45,7 @@ from gateway.policy import load_policy
 from gateway.routing.decision import Routers
 from gateway.routing.features import text_features
 from gateway.tools.embeddings import embed_texts
-from gateway.tools.train_router import curve, load_prompts
+from gateway.tools.train_router import calibration_curve, load_prompts
 
 DATA = ROOT.parent / "shared" / "data"
 POLICY = ROOT / "policies" / "default.toml"
@@ -59,7 +59,7 @@ def figures(score: np.ndarray, weak: np.ndarray, strong: np.ndarray,
             threshold: float) -> dict[str, Any]:
     """Router vs. random routing on one set of prompts (quality may be accuracy or a mean
     judge score)."""
-    _, share, rel = curve(score, weak, strong)
+    _, share, rel = calibration_curve(score, weak, strong)
     acc = rel * strong.mean()  # absolute quality along the curve, share of weak calls rising
     s_acc, w_acc = float(strong.mean()), float(weak.mean())
     gap = s_acc - w_acc

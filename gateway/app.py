@@ -25,7 +25,7 @@ from starlette.routing import Route
 from threadpoolctl import threadpool_limits
 
 from gateway.config import Config
-from gateway.count_tokens import CountTokens
+from gateway.count_tokens import CountTokensEndpoint
 from gateway.embedding import Embed
 from gateway.endpoint import ModelEndpoint
 from gateway.errors import (
@@ -170,7 +170,7 @@ def create_app(
         "/v1/completions": ModelEndpoint(gw, "completions", "/completions"),
         "/v1/embeddings": ModelEndpoint(gw, "embeddings", "/embeddings"),
         "/v1/messages": ModelEndpoint(gw, "chat", "/v1/messages", ANTHROPIC, "/v1/messages"),
-        "/v1/messages/count_tokens": CountTokens(gw),
+        "/v1/messages/count_tokens": CountTokensEndpoint(gw),
     }
     # The series the dashboard and the alert rules read, at 0 before any traffic.
     gw.metrics.start_at_zero(

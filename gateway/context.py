@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.embedding import EmbeddingMemo
 from gateway.formats.apis import OPENAI, ApiFormat
-from gateway.formats.openai import Kind
+from gateway.formats.openai import RequestKind
 from gateway.requestlog import RequestRecord
 
 if TYPE_CHECKING:
     from gateway.policy import Policy
 
-__all__ = ["Headers", "Kind", "Memo", "Next", "Outcome", "Reply", "RequestContext", "Stage",
-           "Stream", "Ticket"]
+__all__ = ["Headers", "Memo", "Next", "Outcome", "Reply", "RequestContext", "RequestKind",
+           "Stage", "Stream", "Ticket"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -69,7 +69,7 @@ class RequestContext:
     another); ``response_headers``: added to whatever answer goes out.
     """
 
-    kind: Kind
+    kind: RequestKind
     path: str
     raw: bytes
     body: dict[str, Any]

@@ -31,14 +31,14 @@ from gateway.types import Receive, Scope, Send
 from gateway.upstreams.base import UpstreamRequest
 from llm_wire.asgi import ClientDisconnected, run_until_disconnect
 
-__all__ = ["CountTokens", "estimate_tokens"]
+__all__ = ["CountTokensEndpoint", "estimate_tokens"]
 
 _JSON = (b"content-type", b"application/json")
 
 log = structlog.get_logger("gateway.count_tokens")
 
 
-class CountTokens:
+class CountTokensEndpoint:
     route = "/v1/messages/count_tokens"
 
     def __init__(self, gateway: Gateway) -> None:

@@ -51,15 +51,20 @@ from gateway.http import forward_request_headers, forward_response_headers, retr
 from gateway.policy import Policy, RetryPolicy
 from gateway.requestlog import RequestRecord
 from gateway.retry_budget import RetryBudget
-from gateway.upstreams.base import RawHeaders, Upstream, UpstreamRequest, UpstreamResponse
-from gateway.upstreams.base import Reply as Response
+from gateway.upstreams.base import (
+    RawHeaders,
+    Upstream,
+    UpstreamRequest,
+    UpstreamResponse,
+    WholeResponse,
+)
 
 if TYPE_CHECKING:
     from gateway.models import ModelTable
 
 __all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms"]
 
-R = TypeVar("R", bound="Response | Opened")
+R = TypeVar("R", bound="WholeResponse | Opened")
 
 
 @dataclass(slots=True)
@@ -164,8 +169,8 @@ class Dispatcher:
         policy: Policy,
         rec: RequestRecord,
         ticket: Ticket | None = None,
-    ) -> Awaitable[tuple[Target, Response]]:
-        def attempt(upstream: Upstream, target: Target) -> Awaitable[Response]:
+    ) -> Awaitable[tuple[Target, WholeResponse]]:
+        def attempt(upstream: Upstream, target: Target) -> Awaitable[WholeResponse]:
             return upstream.send(build(target))
 
         return self._run(targets, attempt, policy, rec, ticket)
@@ -177,12 +182,12 @@ class Dispatcher:
         policy: Policy,
         rec: RequestRecord,
         ticket: Ticket | None = None,
-    ) -> Awaitable[tuple[Target, Response | Opened]]:
-        async def attempt(upstream: Upstream, target: Target) -> Response | Opened:
+    ) -> Awaitable[tuple[Target, WholeResponse | Opened]]:
+        async def attempt(upstream: Upstream, target: Target) -> WholeResponse | Opened:
             response = await upstream.stream(build(target))
             try:
                 if response.status != 200:
-                    return Response(response.status, response.headers, await response.read())
+                    return WholeResponse(response.status, response.headers, await response.read())
                 chunks = response.iter_chunks()
                 first = await anext(chunks, b"")
             except BaseException:
@@ -359,7 +364,7 @@ class Dispatch:
         return Reply(status, headers, error)
 
 
-def _observe(response: Response, rec: RequestRecord) -> None:
+def _observe(response: WholeResponse, rec: RequestRecord) -> None:
     """The log line's fields from a complete response, OpenAI's or Anthropic's: error type
     and code, or usage and ``finish_reason``."""
     try:

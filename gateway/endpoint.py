@@ -19,7 +19,7 @@ from collections.abc import Callable
 import structlog
 
 from gateway.concurrency import Shed
-from gateway.context import Headers, Kind, Outcome, Reply, RequestContext
+from gateway.context import Headers, Outcome, Reply, RequestContext, RequestKind
 from gateway.errors import GatewayError, ModelNotFound, UpstreamError
 from gateway.formats.apis import OPENAI, ApiFormat
 from gateway.http import read_body, send_bytes
@@ -51,10 +51,10 @@ class ModelEndpoint:
     """ASGI app for one model endpoint; ``path`` is the upstream path (relative to an
     upstream of the same API), e.g. /chat/completions; ``route`` the gateway's own."""
 
-    def __init__(self, gateway: Gateway, kind: Kind, path: str, api: ApiFormat = OPENAI,
+    def __init__(self, gateway: Gateway, kind: RequestKind, path: str, api: ApiFormat = OPENAI,
                  route: str | None = None) -> None:
         self.gw = gateway
-        self.kind: Kind = kind
+        self.kind: RequestKind = kind
         self.path = path
         self.api = api
         self.route = route or "/v1" + path

@@ -18,7 +18,7 @@ from gateway.auth import Authenticator
 from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
-from gateway.cache.policy_verifier import Kind, PolicyVerifier
+from gateway.cache.policy_verifier import PolicyVerifier, VerifierKind
 from gateway.compression.state import CompressionState
 from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.config import CacheConfig, Config, UpstreamConfig
@@ -52,7 +52,7 @@ def check_policy(policy: Policy, models: ModelTable, routers: Routers) -> None:
 
 
 def build_cache(config: CacheConfig, embed: Embed | None,
-                kind: Callable[[], Kind] = lambda: "mlp") -> ResponseCache:
+                kind: Callable[[], VerifierKind] = lambda: "mlp") -> ResponseCache:
     """The response cache on its configured backend, scoring with the shipped verifier that
     ``kind()`` (the current policy's ``[cache] verifier``) names."""
     backend: Backend

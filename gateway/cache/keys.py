@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_key", "ineligible_reason", "last_user_text"]
+__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_key", "ineligible_reason", "semantic_query"]
 
 #: Fields that do not change what the model answers: excluded from both keys.
 NEUTRAL_FIELDS = frozenset({
@@ -53,8 +53,9 @@ def _text(content: Any) -> str | None:
     return None
 
 
-def last_user_text(messages: list[dict[str, Any]]) -> str | None:
-    """The text of the final message when it is a plain-text user turn, else None."""
+def semantic_query(messages: list[dict[str, Any]]) -> str | None:
+    """The text compared by meaning: the final message's, when it is a plain-text user turn;
+    else None (the request can only hit exactly)."""
     if not messages:
         return None
     last = messages[-1]
@@ -80,7 +81,7 @@ def cache_key(data: dict[str, Any], namespace: str, model: str) -> CacheKey:
     canonical["model"] = model
     exact = _digest([namespace, canonical])
     messages = data.get("messages") or []
-    query = last_user_text(messages)
+    query = semantic_query(messages)
     if query is None or not query.strip():
         return CacheKey(exact, None, None, namespace)
     shaping = {k: v for k, v in canonical.items() if k not in _SEMANTIC_FIELDS}

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ARTIFACT", "NUM_TEXT_FEATURES", "MlpVerifier", "pair_features", "text_features"]
+__all__ = ["ARTIFACT", "NUM_LEXICAL_FEATURES", "MlpVerifier", "lexical_features",
+           "pair_features"]
 
 ARTIFACT = Path(__file__).with_name("verifier.npz")
 
@@ -75,7 +76,7 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def text_features(a: str, b: str) -> list[float]:
+def lexical_features(a: str, b: str) -> list[float]:
     """Hand-made pair features (order-independent), all in [0, 1]."""
     ta, tb = _analyse(a), _analyse(b)
     short, long_ = sorted((ta.length, tb.length))
@@ -94,15 +95,15 @@ def text_features(a: str, b: str) -> list[float]:
     ]
 
 
-NUM_TEXT_FEATURES = 11
+NUM_LEXICAL_FEATURES = 11
 
 
 def pair_features(a: str, b: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """[3 * dim + 1 + NUM_TEXT_FEATURES] float32: |u-v|, u*v, u+v (the topic: some topics
-    are asked in many forms), cosine, text features. Symmetric in (a, b)."""
+    """[3 * dim + 1 + NUM_LEXICAL_FEATURES] float32: |u-v|, u*v, u+v (the topic: some topics
+    are asked in many forms), cosine, lexical features. Symmetric in (a, b)."""
     cos = float(u @ v)
-    return np.concatenate([np.abs(u - v), u * v, u + v, [cos], text_features(a, b)]).astype(
-        np.float32)
+    return np.concatenate([np.abs(u - v), u * v, u + v, [cos],
+                           lexical_features(a, b)]).astype(np.float32)
 
 
 class MlpVerifier:
@@ -117,7 +118,7 @@ class MlpVerifier:
         self.b1, self.w2, self.b2 = data["b1"], data["w2"], data["b2"]
         self.version = str(data["version"])
         #: The embedding size it was trained on (pairs of other sizes score 0).
-        self.dim = (self.w1.shape[1] - 1 - NUM_TEXT_FEATURES) // 3
+        self.dim = (self.w1.shape[1] - 1 - NUM_LEXICAL_FEATURES) // 3
 
     def score_features(self, x: np.ndarray) -> np.ndarray:
         """x: [n, features] -> [n] probabilities (the ensemble's mean)."""

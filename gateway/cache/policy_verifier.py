@@ -17,11 +17,11 @@ from typing import Literal, Protocol
 import numpy as np
 import structlog
 
-__all__ = ["Kind", "PairVerifier", "PolicyVerifier"]
+__all__ = ["PairVerifier", "PolicyVerifier", "VerifierKind"]
 
 log = structlog.get_logger("gateway.cache")
 
-Kind = Literal["cross", "mlp"]
+VerifierKind = Literal["cross", "mlp"]
 
 
 class PairVerifier(Protocol):
@@ -34,7 +34,7 @@ class PairVerifier(Protocol):
     def score(self, a: str, b: str, u: np.ndarray, v: np.ndarray) -> float: ...
 
 
-def _load(kind: Kind) -> PairVerifier | None:
+def _load(kind: VerifierKind) -> PairVerifier | None:
     try:
         if kind == "cross":
             from gateway.cache.cross_verifier import CrossVerifier
@@ -52,12 +52,12 @@ class PolicyVerifier:
     """Scores with the verifier ``kind()`` names now; each is loaded on first use (the
     cross-encoder's session takes ~0.3 s to build, the MLP's arrays ~10 ms)."""
 
-    def __init__(self, kind: Callable[[], Kind],
-                 loaded: dict[Kind, PairVerifier | None] | None = None) -> None:
+    def __init__(self, kind: Callable[[], VerifierKind],
+                 loaded: dict[VerifierKind, PairVerifier | None] | None = None) -> None:
         self.kind = kind
-        self._loaded: dict[Kind, PairVerifier | None] = dict(loaded or {})
+        self._loaded: dict[VerifierKind, PairVerifier | None] = dict(loaded or {})
 
-    def get(self, kind: Kind) -> PairVerifier | None:
+    def get(self, kind: VerifierKind) -> PairVerifier | None:
         """The verifier of that kind, or None when its artifact is missing."""
         if kind not in self._loaded:
             self._loaded[kind] = _load(kind)

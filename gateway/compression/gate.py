@@ -22,11 +22,11 @@ import collections
 import math
 from dataclasses import dataclass
 
-__all__ = ["CompressorRate", "Decision", "PrefillRate", "decide"]
+__all__ = ["CompressorRate", "GateDecision", "PrefillRate", "decide"]
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class GateDecision:
     """``compress``: whether to; ``skip``: why not (None when compressing); the predicted
     ``saved_ms`` (prefill time, ms; None without a prefill rate) and ``cost_ms`` (the
     compressor's time, ms); ``saved_tokens``: predicted."""
@@ -40,7 +40,7 @@ class Decision:
 
 def decide(tokens: int, target_ratio: float, prefill_ms_per_token: float | None,
            compressor_ms_per_1k: float, *, margin_ms: float = 0.0,
-           cost_weight: float = 0.0) -> Decision:
+           cost_weight: float = 0.0) -> GateDecision:
     """The gate for a prompt with ``tokens`` compressible tokens, cut ``target_ratio`` times.
     Skip reasons: ``no_prefill_rate`` (none set nor learned yet, and no cost weight) and
     ``not_worth_it`` (the predicted saving does not beat the compressor's time + margin)."""
@@ -48,11 +48,11 @@ def decide(tokens: int, target_ratio: float, prefill_ms_per_token: float | None,
     cost_ms = compressor_ms_per_1k * tokens / 1000
     saved_ms = None if prefill_ms_per_token is None else saved_tokens * prefill_ms_per_token
     if saved_ms is None and cost_weight <= 0:
-        return Decision(False, "no_prefill_rate", saved_tokens, None, cost_ms)
+        return GateDecision(False, "no_prefill_rate", saved_tokens, None, cost_ms)
     value = (saved_ms or 0.0) + saved_tokens / 1000 * cost_weight
     if value > cost_ms + margin_ms:
-        return Decision(True, None, saved_tokens, saved_ms, cost_ms)
-    return Decision(False, "not_worth_it", saved_tokens, saved_ms, cost_ms)
+        return GateDecision(True, None, saved_tokens, saved_ms, cost_ms)
+    return GateDecision(False, "not_worth_it", saved_tokens, saved_ms, cost_ms)
 
 
 class PrefillRate:

@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-__all__ = ["MIN_RECORDS", "Kind", "Layout", "Run", "Unit", "protected_spans", "render",
+__all__ = ["MIN_RECORDS", "Layout", "Run", "Unit", "UnitKind", "protected_spans", "render",
            "split", "units_of"]
 
 #: ``bracket``: a split JSON container's opening or closing bracket, never dropped.
-Kind = Literal["document", "section", "item", "paragraph", "code", "json", "record", "bracket"]
+UnitKind = Literal["document", "section", "item", "paragraph", "code", "json", "record", "bracket"]
 
 #: A JSON object or array with at least this many top-level members is split into records.
 MIN_RECORDS = 4
@@ -71,7 +71,7 @@ class Unit:
 
     text: str
     start: int
-    kind: Kind
+    kind: UnitKind
     gap: str = ""
     label: int = 0
 
@@ -273,7 +273,7 @@ def _prose(context: str, offsets: list[int], first: int, stop: int) -> list[Unit
     markers = [k for k in range(first, stop) if _DOC.match(context, offsets[k], offsets[k + 1])]
     units: list[Unit] = []
     start = -1  # first line of the open unit, -1 when none is open
-    kind: Kind = "paragraph"
+    kind: UnitKind = "paragraph"
     label = 0
     for k in range(first, stop):
         a, b = offsets[k], offsets[k + 1]
@@ -301,7 +301,7 @@ def _prose(context: str, offsets: list[int], first: int, stop: int) -> list[Unit
     return _glue(context, [u for u in units if u.text])
 
 
-def _slice(context: str, offsets: list[int], first: int, end: int, kind: Kind,
+def _slice(context: str, offsets: list[int], first: int, end: int, kind: UnitKind,
            label: int) -> Unit:
     a, b = offsets[first], offsets[end]
     text = context[a:b].rstrip()

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 from gateway.errors import GatewayError
 from gateway.formats import anthropic, openai
 from gateway.formats.answer import Answer
-from gateway.formats.openai import Kind
+from gateway.formats.openai import RequestKind
 from gateway.formats.openai_stream import StreamObserver
 
 __all__ = ["ANTHROPIC", "APIS", "OPENAI", "ApiFormat", "Collector", "Observer"]
@@ -61,7 +61,7 @@ class ApiFormat:
     router features; ``id_prefix``: of the ids of answers the gateway makes itself."""
 
     name: ApiName
-    parse_request: Callable[[bytes, Kind], dict[str, Any]]
+    parse_request: Callable[[bytes, RequestKind], dict[str, Any]]
     error_status: Callable[[GatewayError], int]
     error_body: Callable[[GatewayError], bytes]
     error_event: Callable[[GatewayError], bytes]

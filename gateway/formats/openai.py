@@ -29,11 +29,11 @@ from gateway.formats.checks import invalid_type, load_request, message_list, mis
 from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = [
-    "AnswerCollector", "Kind", "answer_from_completion", "completion_body",
+    "AnswerCollector", "RequestKind", "answer_from_completion", "completion_body",
     "completion_events", "error_body", "error_event", "parse_request", "with_usage_option",
 ]
 
-Kind = Literal["chat", "completions", "embeddings"]
+RequestKind = Literal["chat", "completions", "embeddings"]
 
 _NUMBERS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 2.0),
@@ -44,7 +44,7 @@ _NUMBERS: dict[str, tuple[float, float]] = {
 _POSITIVE_INTS = frozenset({"max_tokens", "max_completion_tokens", "n"})
 
 
-def parse_request(body: bytes, kind: Kind) -> dict[str, Any]:
+def parse_request(body: bytes, kind: RequestKind) -> dict[str, Any]:
     """The request as a dict; raises InvalidJSON or InvalidRequest (400) naming the field."""
     data = load_request(body)
     if kind == "chat":

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from gateway.prompt_cache.structure import standalone
 
 __all__ = ["ID_LABEL", "KINDS", "LINE_MAX", "MAX_LINES", "MAX_SHARE", "MOVED_CHARS_PER_TOKEN",
-           "PROMPT_CHARS_PER_TOKEN", "TIME_LABEL", "Cut",
-           "Detector", "Kind", "Moved", "fingerprints", "plan"]
+           "PROMPT_CHARS_PER_TOKEN", "TIME_LABEL", "ClassifyLine", "Cut", "Detector", "Moved",
+           "fingerprints", "plan"]
 
 #: The kinds of moved lines, as the log line counts them.
 KINDS = ("timestamp", "id", "custom", "changed")
@@ -137,7 +137,7 @@ class Detector:
 
 #: A line's kind (one of :data:`KINDS` but ``changed``) from its stripped text, or None:
 #: :meth:`Detector.kind`, or a memo of it.
-Kind = Callable[[str], str | None]
+ClassifyLine = Callable[[str], str | None]
 
 
 def fingerprints(texts: Sequence[str]) -> list[int]:
@@ -151,7 +151,7 @@ def fingerprints(texts: Sequence[str]) -> list[int]:
     return out
 
 
-def plan(texts: Sequence[str], kind: Kind, changed: Collection[int] = ()) -> dict[str, Cut]:
+def plan(texts: Sequence[str], kind: ClassifyLine, changed: Collection[int] = ()) -> dict[str, Cut]:
     """The volatile lines to move out of ``texts`` (a system prompt's texts): for each text
     that loses lines, what is left of it and what left. ``kind``: a :class:`Detector`'s;
     ``changed``: fingerprints (:func:`fingerprints`) of lines seen to change. Empty when

@@ -3,9 +3,9 @@ pipeline stage that uses them is :mod:`gateway.stages.route`.)
 
 A request for a router alias (e.g. ``model = "auto"``) gets a tier. The decision reuses an
 embedding of the same text that an earlier stage computed (one embedding per request).
-The decision (:class:`Decision`) lists the public models to try in order: the chosen tier's
-models, then, with ``fallback``, the other tier's. Without an embedding (the embedder is
-still loading, failed or timed out), the request goes to the strong tier: quality first.
+The decision (:class:`RouteDecision`) lists the public models to try in order: the chosen
+tier's models, then, with ``fallback``, the other tier's. Without an embedding (the embedder
+is still loading, failed or timed out), the request goes to the strong tier: quality first.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.difficulty import Router, artifact_path
 from gateway.routing.features import last_user_text, text_features, user_turns
 
-__all__ = ["Decision", "Routers"]
+__all__ = ["RouteDecision", "Routers"]
 
 log = structlog.get_logger("gateway.routing")
 
@@ -31,7 +31,7 @@ _EMBED_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class RouteDecision:
     """``tier``: the chosen tier; ``score``: P(strong needed), None without an embedding;
     ``chain``: (tier, public model) pairs in the order to try them."""
 
@@ -105,7 +105,7 @@ class Routers:
         return value
 
     async def decide(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
-                     data: dict[str, Any], embeddings: EmbeddingMemo) -> Decision:
+                     data: dict[str, Any], embeddings: EmbeddingMemo) -> RouteDecision:
         """Route one request. ``embeddings``: the request's memo; the last user message's
         embedding is taken from it (or awaited, when the cache is computing it), else
         computed and put there (one embedding per request). Never raises for embedding
@@ -123,7 +123,7 @@ class Routers:
         chain = tuple((t, model) for t in order for model in tiers[t])
         key = (name, tier)
         self.decisions[key] = self.decisions.get(key, 0) + 1
-        return Decision(tier, score, threshold, chain)
+        return RouteDecision(tier, score, threshold, chain)
 
     async def _embed(self, text: str) -> np.ndarray | None:
         if self.embed is None:

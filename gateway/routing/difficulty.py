@@ -58,7 +58,7 @@ def ensemble_gain(z: np.ndarray, linear: Linear, mlps: list[Mlp]) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class Calibration:
+class CalibrationCurve:
     """Out-of-fold dev scores, sorted ascending, with the curve they give: ``weak_share[i]``
     and ``quality[i]`` (fraction of strong-only accuracy) when every prompt scoring below
     ``thresholds[i]`` goes to the weak tier."""
@@ -87,7 +87,7 @@ class Router:
         self.mlps: list[Mlp] = [
             tuple(data[f"mlp{i}_{k}"].astype(np.float32) for k in ("w1", "b1", "w2", "b2"))
             for i in range(int(data["n_mlp"]))]
-        self.calibration = Calibration(data["cal_thresholds"], data["cal_weak_share"],
+        self.calibration = CalibrationCurve(data["cal_thresholds"], data["cal_weak_share"],
                                        data["cal_quality"])
 
     def inputs(self, vector: np.ndarray, features: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from gateway.concurrency import Shed
 from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import NoUpstreamAvailable, Overloaded, UpstreamError, UpstreamTimeout
 from gateway.policy import RouterPolicy, RoutingPolicy
-from gateway.routing.decision import Decision, Routers
+from gateway.routing.decision import RouteDecision, Routers
 
 __all__ = ["RouteStage", "build", "failed_status"]
 
@@ -72,7 +72,8 @@ class RouteStage:
                      reason=reason)
         raise NoUpstreamAvailable("no model of the routed tiers is available")
 
-    async def _decide(self, ctx: RequestContext, name: str, router: RouterPolicy) -> Decision:
+    async def _decide(self, ctx: RequestContext, name: str, router: RouterPolicy
+                      ) -> RouteDecision:
         """Choose the tier; the decision goes into the log line and the response headers."""
         started = time.perf_counter()
         decision = await self.routers.decide(name, router, ctx.policy.routing.tiers,

@@ -43,9 +43,9 @@ from gateway.types import Message, Send
 __all__ = ["ApiError", "FakeAnthropic", "Record", "check_headers", "count_tokens",
            "validate_request"]
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
-               403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-               429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
 _ROUTES = {"/v1/messages": "create", "/v1/messages/count_tokens": "count"}
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
@@ -109,7 +109,7 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, retry_after: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.retry_after = status, message, retry_after
-        self.type = ERROR_TYPES.get(status, "api_error")
+        self.type = _ERROR_TYPES.get(status, "api_error")
 
     def body(self, request_id: str) -> dict[str, Any]:
         return {"type": "error", "error": {"type": self.type, "message": self.message},

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["PairScores", "add_arguments", "curve", "operating_point", "precision_recall",
-           "score_pairs", "static_cosine"]
+__all__ = ["PairScores", "add_arguments", "operating_point", "precision_recall",
+           "precision_recall_curve", "score_pairs", "static_cosine"]
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMILARITY_FLOORS = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
@@ -64,7 +64,7 @@ def precision_recall(hit: np.ndarray, label: np.ndarray) -> tuple[float, float]:
     return precision, tp / max(1, int(label.sum()))
 
 
-def curve(s: PairScores, floor: float, steps: int = 41) -> list[dict[str, float]]:
+def precision_recall_curve(s: PairScores, floor: float, steps: int = 41) -> list[dict[str, float]]:
     """Precision and recall as the verifier threshold moves, at one similarity floor."""
     out = []
     for t in np.linspace(0.0, 1.0, steps):
@@ -106,7 +106,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         "pairs": len(s.label), "positives": int(s.label.sum()),
         "target_precision": args.target_precision, "operating_point": point,
         "static_cosine_baseline": static_cosine(s, args.target_precision),
-        "curve_at_similarity_floor": floor, "curve": curve(s, floor),
+        "curve_at_similarity_floor": floor, "curve": precision_recall_curve(s, floor),
     }, option=orjson.OPT_INDENT_2).decode())
     if point is None:
         print("no operating point reaches the target precision", file=sys.stderr)

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "NEGATIVE_KINDS", "Pair", "change_entity", "change_negation",
+__all__ = ["NEGATIVE_KINDS", "RULES", "Pair", "change_entity", "change_negation",
            "change_number", "change_scope", "generate", "rewrite", "swap_direction"]
 
 _LANGUAGES = ["English", "French", "German", "Spanish", "Hindi", "Chinese", "Japanese",
@@ -279,11 +279,11 @@ def rewrite(text: str, rng: random.Random) -> str | None:
 
 
 #: kind -> (rule, label of the pair it makes)
-KINDS: dict[str, tuple[Callable[[str, random.Random], str | None], int]] = {
+RULES: dict[str, tuple[Callable[[str, random.Random], str | None], int]] = {
     "direction": (swap_direction, 0), "number": (change_number, 0),
     "negation": (change_negation, 0), "entity": (change_entity, 0),
     "scope": (change_scope, 0), "rewrite": (rewrite, 1)}
-NEGATIVE_KINDS = tuple(k for k, (_, label) in KINDS.items() if label == 0)
+NEGATIVE_KINDS = tuple(k for k, (_, label) in RULES.items() if label == 0)
 
 
 def generate(texts: Iterable[str], rng: random.Random, per_kind: int | None = None
@@ -293,7 +293,7 @@ def generate(texts: Iterable[str], rng: random.Random, per_kind: int | None = No
     pool = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
     rng.shuffle(pool)
     out: list[Pair] = []
-    for kind, (rule, label) in KINDS.items():
+    for kind, (rule, label) in RULES.items():
         n = 0
         for text in pool:
             if per_kind is not None and n >= per_kind:

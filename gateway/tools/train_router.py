@@ -27,8 +27,8 @@ import orjson
 from gateway.routing.difficulty import ARTIFACTS, ensemble_gain
 from gateway.routing.features import FEATURE_NAMES, text_features
 
-__all__ = ["LabeledPrompts", "Model", "curve", "fit", "load_prompts", "main", "outcome",
-           "save_artifact"]
+__all__ = ["LabeledPrompts", "Model", "calibration_curve", "fit", "load_prompts", "main",
+           "outcome", "save_artifact"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT.parent / "shared" / "data" / "routing" / "labeled_prompts_dev.jsonl"
@@ -55,8 +55,8 @@ def load_prompts(path: Path) -> LabeledPrompts:
     )
 
 
-def curve(score: np.ndarray, weak: np.ndarray, strong: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def calibration_curve(score: np.ndarray, weak: np.ndarray, strong: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Routing by threshold: (thresholds, weak_share, quality) where prompts scoring below
     ``thresholds[i]`` go weak; quality is the accuracy reached, as a fraction of strong-only
     accuracy. The last threshold sends everything weak."""
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     strata = np.unique(data.source, return_inverse=True)[1] * 4 + data.weak * 2 + data.strong
     oof = out_of_fold(x, y, strata.astype(np.int64))
     model = fit(x, y)
-    calibration = curve(oof, data.weak, data.strong)
+    calibration = calibration_curve(oof, data.weak, data.strong)
     save_artifact(args.out, model, calibration)
     print(orjson.dumps({"artifact": str(args.out), "version": VERSION, "prompts": len(y),
                         "strong_only_right": int((y == 2).sum()),

@@ -18,7 +18,7 @@ import abc
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Reply", "Upstream", "UpstreamRequest", "UpstreamResponse"]
+__all__ = ["Upstream", "UpstreamRequest", "UpstreamResponse", "WholeResponse"]
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
@@ -37,8 +37,9 @@ class UpstreamRequest:
 
 
 @dataclass(slots=True)
-class Reply:
-    """A complete upstream response."""
+class WholeResponse:
+    """A complete upstream response, as :meth:`Upstream.send` returns it: status, headers and
+    the whole body."""
 
     status: int
     headers: RawHeaders
@@ -102,14 +103,14 @@ class Upstream(abc.ABC):
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
         """Send ``request``; return once the status line and headers arrived."""
 
-    async def send(self, request: UpstreamRequest) -> Reply:
+    async def send(self, request: UpstreamRequest) -> WholeResponse:
         """Send ``request`` and read the whole response."""
         response = await self.stream(request)
         try:
             body = await response.read()
         finally:
             response.close()
-        return Reply(response.status, response.headers, body)
+        return WholeResponse(response.status, response.headers, body)
 
     @abc.abstractmethod
     async def aclose(self) -> None:

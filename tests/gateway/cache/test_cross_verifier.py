@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gateway.cache.cross_verifier import ARTIFACT, VERSION, CrossVerifier
-from gateway.cache.policy_verifier import Kind, PolicyVerifier
+from gateway.cache.policy_verifier import PolicyVerifier, VerifierKind
 from gateway.errors import ConfigError
 from gateway.policy import load_policy
 
@@ -87,7 +87,7 @@ class _Fixed:
 
 
 def test_policy_switch_picks_the_named_verifier() -> None:
-    kind: list[Kind] = ["cross"]
+    kind: list[VerifierKind] = ["cross"]
     chosen = PolicyVerifier(lambda: kind[0], {"cross": _Fixed("v3", 0.9),
                                               "mlp": _Fixed("v2", 0.2)})
     u = np.ones(4, dtype=np.float32) / 2

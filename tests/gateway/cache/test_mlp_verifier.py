@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.cache.mlp_verifier import MlpVerifier, pair_features, text_features
+from gateway.cache.mlp_verifier import MlpVerifier, lexical_features, pair_features
 from local_engine.embedder import Embedder
 
 
@@ -51,17 +51,18 @@ def test_look_alikes_fail(verifier: MlpVerifier, embed: Embedder, a: str, b: str
 def test_decisions_are_deterministic(verifier: MlpVerifier, embed: Embedder) -> None:
     u, v = embed(["How do I bake bread?", "How can I bake bread at home?"])
     x = pair_features("How do I bake bread?", "How can I bake bread at home?", u, v)
-    assert x.dtype == np.float32 and x.shape == (3 * len(u) + 1 + len(text_features("a", "b")),)
+    assert x.dtype == np.float32
+    assert x.shape == (3 * len(u) + 1 + len(lexical_features("a", "b")),)
     assert verifier.score_features(x[None, :])[0] == verifier.score_features(x[None, :])[0]
     assert MlpVerifier().score("How do I bake bread?", "How can I bake bread at home?", u, v) \
         == verifier.score("How do I bake bread?", "How can I bake bread at home?", u, v)
 
 
 def test_text_features_see_mismatches() -> None:
-    same = text_features("What is 5 + 5?", "What is 5 + 5?")
-    nums = text_features("What is 5 + 5?", "What is 6 + 5?")
-    neg = text_features("Is it safe?", "Is it not safe?")
-    names = text_features("Who is the CEO of Apple?", "Who is the CEO of Google?")
+    same = lexical_features("What is 5 + 5?", "What is 5 + 5?")
+    nums = lexical_features("What is 5 + 5?", "What is 6 + 5?")
+    neg = lexical_features("Is it safe?", "Is it not safe?")
+    names = lexical_features("Who is the CEO of Apple?", "Who is the CEO of Google?")
     assert same[5] == 0 and nums[5] == 1  # numbers differ
     assert neg[8] == 1 and same[8] == 0  # negation differs
     assert names[7] > 0  # capitalised names differ

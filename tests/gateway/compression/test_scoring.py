@@ -12,7 +12,7 @@ import pytest
 
 from gateway.compression.scoring import ScoringFailed, engine_scorer, parse
 from gateway.errors import UpstreamUnreachable
-from gateway.upstreams.base import Reply, Upstream, UpstreamRequest, UpstreamResponse
+from gateway.upstreams.base import Upstream, UpstreamRequest, UpstreamResponse, WholeResponse
 
 
 def completion(prompts: list[str]) -> dict[str, Any]:
@@ -33,14 +33,14 @@ class ScoringUpstream(Upstream):
         self.answer, self.status, self.delay_s = answer, status, delay_s
         self.bodies: list[dict[str, Any]] = []
 
-    async def send(self, request: UpstreamRequest) -> Reply:
+    async def send(self, request: UpstreamRequest) -> WholeResponse:
         body = orjson.loads(request.body)
         self.bodies.append(body | {"path": request.path})
         await asyncio.sleep(self.delay_s)
         if isinstance(self.answer, Exception):
             raise self.answer
         answer = self.answer if self.answer is not None else completion(body["prompt"])
-        return Reply(self.status, [], answer if isinstance(answer, bytes)
+        return WholeResponse(self.status, [], answer if isinstance(answer, bytes)
                      else orjson.dumps(answer))
 
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from gateway.tools.hard_negatives import (
-    KINDS,
     NEGATIVE_KINDS,
+    RULES,
     change_entity,
     change_negation,
     change_number,
@@ -90,8 +90,8 @@ def test_generate_labels_each_kind_and_respects_the_cap() -> None:
              "Why can't I sleep at 3 am in India?", "What is the best movie of 2016?"]
     pairs = generate(texts, random.Random(0), per_kind=1)
     kinds = {p.kind for p in pairs}
-    assert kinds == set(KINDS)
+    assert kinds == set(RULES)
     assert all(p.label == (0 if p.kind in NEGATIVE_KINDS else 1) for p in pairs)
     assert all(p.a != p.b for p in pairs)
-    assert len(pairs) == len(KINDS)
+    assert len(pairs) == len(RULES)
     assert generate(texts, random.Random(0), 1) == pairs  # deterministic
