@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,10 +316,9 @@ class PolicyStore:
         self.current: Policy = self.load()
         self.reloads = 0
         self.rejected = 0
-        #: Bumped after every reload attempt, valid or not; see wait_generation().
+        #: Bumped after every reload attempt, valid or not.
         self.generation = 0
         self._on_reload = on_reload
-        self._cond = threading.Condition()
 
     def load(self) -> Policy:
         """Parse and validate the file (any thread, no side effects); raises ConfigError."""
@@ -359,15 +357,8 @@ class PolicyStore:
             log.info("policy_reloaded", path=str(self.path), version=policy.version)
         if self._on_reload is not None:
             self._on_reload(policy is not None)
-        with self._cond:
-            self.generation += 1
-            self._cond.notify_all()
+        self.generation += 1
         return policy is not None
-
-    def wait_generation(self, after: int, timeout: float) -> bool:
-        """Block (any thread) until a reload attempt newer than ``after`` finished."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.generation > after, timeout)
 
     async def watch(self, ready: asyncio.Event | None = None) -> None:
         """Reload whenever the file changes: editors' atomic renames, and a Kubernetes

@@ -91,11 +91,6 @@ class AsyncEngine:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
-    @property
-    def inbox_size(self) -> int:
-        """Submissions (requests, aborts, embedding jobs) not yet taken by the thread."""
-        return self._inbox.qsize()
-
     def _submit(self, kind: str, item: Any) -> None:
         if self._closed:
             raise EngineClosed("the engine is shut down")

@@ -20,6 +20,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import load_config
+from gateway.policy import PolicyStore
 from gateway.state import Gateway
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
@@ -184,3 +185,14 @@ def wait_until_ready(url: str, process: subprocess.Popen[bytes], timeout: float 
             pass
         assert process.poll() is None and time.monotonic() < deadline, "gateway did not start"
         time.sleep(0.05)
+
+
+def wait_generation(store: PolicyStore, after: int, timeout: float = 10.0) -> bool:
+    """Whether a reload attempt newer than ``after`` (``store.generation`` read before the
+    edit) finishes within ``timeout`` seconds. Polls, so any thread may wait."""
+    deadline = time.monotonic() + timeout
+    while store.generation <= after:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -11,7 +11,7 @@ a wrong one; exact hits are unaffected.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 import numpy as np
@@ -71,15 +71,3 @@ class PolicyVerifier:
     def score(self, a: str, b: str, u: np.ndarray, v: np.ndarray) -> float:
         chosen = self.get(self.kind())
         return 0.0 if chosen is None else chosen.score(a, b, u, v)
-
-    def score_pairs(self, pairs: Sequence[tuple[str, str, np.ndarray, np.ndarray]]
-                    ) -> np.ndarray:
-        """[n] scores of (a, b, u, v) pairs; the cross-encoder runs them as one batch."""
-        chosen = self.get(self.kind())
-        if chosen is None:
-            return np.zeros(len(pairs))
-        batch = getattr(chosen, "score_pairs", None)
-        if batch is not None:
-            out: np.ndarray = batch([(a, b) for a, b, _, _ in pairs])
-            return out
-        return np.array([chosen.score(a, b, u, v) for a, b, u, v in pairs])

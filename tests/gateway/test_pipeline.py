@@ -19,7 +19,13 @@ from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.policy import PipelinePolicy, PolicyStore
 from gateway.stage_table import STAGES, check_stages
-from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer, gateway_toml
+from tests.conftest import (
+    DEFAULT_POLICY,
+    FakeServer,
+    GatewayServer,
+    gateway_toml,
+    wait_generation,
+)
 from tests.gateway.routing.test_routing import (
     HARD,
     MODELS,
@@ -63,7 +69,7 @@ def edit(gw: GatewayServer, text: str) -> None:
     store: PolicyStore = gw.gateway.policies
     generation = store.generation
     gw.policy_path.write_text(text)
-    assert store.wait_generation(generation, timeout=10), "the edit was never picked up"
+    assert wait_generation(store, generation), "the edit was never picked up"
 
 
 def log_of(gw: GatewayServer, response: httpx.Response, n: int) -> dict[str, Any]:

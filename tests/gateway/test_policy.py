@@ -7,6 +7,7 @@ import openai
 
 from gateway.policy import PolicyStore
 from gateway.testing.configmap import ConfigMapVolume
+from tests.conftest import wait_generation
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 FAIL_ONCE = {"x-fake-fail-times": "1", "x-fake-status": "503"}
@@ -22,7 +23,7 @@ def _edit(gw, text: str) -> None:
     store: PolicyStore = gw.gateway.policies
     generation = store.generation
     gw.policy_path.write_text(text)
-    assert store.wait_generation(generation, timeout=10), "the edit was never picked up"
+    assert wait_generation(store, generation), "the edit was never picked up"
 
 
 def test_valid_edit_takes_effect_and_broken_edit_keeps_the_old_policy(make_gateway, fake):

@@ -181,7 +181,7 @@ async def test_concurrent_embeddings_are_micro_batched(served: Served) -> None:
         rest = [asyncio.create_task(client.embeddings.create(model="fake-embed",
                                                              input=f"text {i}"))
                 for i in range(5)]
-        assert await asyncio.to_thread(_wait_until, lambda: served.aengine.inbox_size == 5)
+        assert await asyncio.to_thread(_wait_until, lambda: _inbox_size(served.aengine) == 5)
         served.embedder.gate.set()
         results = await asyncio.gather(first, *rest)
     assert all(len(r.data) == 1 for r in results)
@@ -199,7 +199,7 @@ async def test_embeddings_nobody_waits_for_any_more_are_not_computed() -> None:
         assert await asyncio.to_thread(_wait_until, embedder.entered.is_set)
         gone = [asyncio.create_task(aengine.embed([f"gone {i}"])) for i in range(3)]
         kept = asyncio.create_task(aengine.embed(["kept"]))
-        assert await asyncio.to_thread(_wait_until, lambda: aengine.inbox_size == 4)
+        assert await asyncio.to_thread(_wait_until, lambda: _inbox_size(aengine) == 4)
         for task in gone:
             task.cancel()
         await asyncio.gather(*gone, return_exceptions=True)
@@ -233,7 +233,7 @@ async def test_callers_gone_while_an_embedding_pass_runs_are_skipped_by_the_next
         held = asyncio.create_task(aengine.embed(["held"]))
         assert await asyncio.to_thread(embedder.calls.acquire, True, 5)
         queued = [asyncio.create_task(aengine.embed([f"text {i}"])) for i in range(4)]
-        assert await asyncio.to_thread(_wait_until, lambda: aengine.inbox_size == 4)
+        assert await asyncio.to_thread(_wait_until, lambda: _inbox_size(aengine) == 4)
         embedder.permits.release()  # "held" ends; the next pass takes texts 0 and 1
         assert await asyncio.to_thread(embedder.calls.acquire, True, 5)
         queued[2].cancel()
@@ -281,6 +281,11 @@ def test_engine_failure_mid_stream_ends_with_an_error_event(
 def test_models_lists_chat_and_embedding_models(served: Served) -> None:
     ids = [m.id for m in served.client.models.list()]
     assert ids == ["tiny", "fake-embed"]
+
+
+def _inbox_size(aengine: AsyncEngine) -> int:
+    """Submissions (requests, aborts, embedding jobs) the engine's thread has not taken yet."""
+    return aengine._inbox.qsize()
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -24,7 +24,7 @@ from gateway.routing.features import FEATURE_NAMES, text_features
 from gateway.state import Gateway
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.tools.train_router import Model, save_artifact
-from tests.conftest import DEFAULT_POLICY, GatewayServer, gateway_toml
+from tests.conftest import DEFAULT_POLICY, GatewayServer, gateway_toml, wait_generation
 
 DIM = 8
 MODELS = """
@@ -189,7 +189,7 @@ def test_bad_routing_edit_is_rejected_live_and_the_old_policy_keeps_routing(
     store: PolicyStore = gw.gateway.policies
     generation = store.generation
     gw.policy_path.write_text(routing_policy(artifact).replace('"large-model"', '"gpt-9"'))
-    assert store.wait_generation(generation, timeout=10)
+    assert wait_generation(store, generation)
     assert store.rejected == 1
     response, _ = ask(gw, HARD)
     assert response.headers["x-route-tier"] == "large"
@@ -376,7 +376,7 @@ def test_router_added_by_reload_loads_the_embedder(make_gateway, fake, artifact)
     generation = store.generation
     gw.policy_path.write_text(routing_policy(artifact).replace(
         f'artifact = "{artifact}"', 'artifact = "default"'))
-    assert store.wait_generation(generation, timeout=10) and store.rejected == 0
+    assert wait_generation(store, generation) and store.rejected == 0
 
     async def loaded() -> None:
         task = gw.gateway._loading  # started by the reload (call_soon_threadsafe ran first)
@@ -399,5 +399,5 @@ def test_replaced_artifact_routes_after_the_policy_is_saved(make_gateway, fake, 
     store: PolicyStore = gw.gateway.policies
     generation = store.generation
     gw.policy_path.write_text(routing_policy(artifact) + "# retrained\n")
-    assert store.wait_generation(generation, timeout=10)
+    assert wait_generation(store, generation)
     assert ask(gw, EASY)[0].headers["x-route-tier"] == "large"
