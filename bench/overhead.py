@@ -39,6 +39,18 @@ over its own floor (so the fakes' own costs cancel):
 
 Prints a JSON document (``results`` per measurement, ``acceptance`` per check), then one
 summary line starting ``overhead:``.
+
+``--instructions`` measures instead the instructions the gateway process executes per
+request (callgrind, see ``instructions.py``), unary and stream, chat and messages, beside the
+floor's (``--rev REV``: REV's gateway instead of the working tree's); ``--baseline-rev REV``
+adds REV's gateway (from ``git archive``) and issue 28's check, at most half of REV's per
+case; ``--instructions-top K`` adds each case's K functions by self cost. Streamed chunks
+come 5 ms apart there (``--itl-ms``): one read each, as in a real stream. JSON, then one
+line starting ``instructions per request:``.
+
+    python bench/overhead.py --instructions [--instructions-requests 200] [--rev REV]
+                             [--baseline-rev 360af9b] [--instructions-top 20]
+                             [--instructions-keep DIR]
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import instructions
 import orjson
 import uvloop
 from processes import (
@@ -282,13 +295,19 @@ def summary_line(results: dict[str, Any], checks: dict[str, Any]) -> str:
     return "overhead: " + "; ".join(parts)
 
 
-async def bench(args: argparse.Namespace, urls: dict[str, dict[str, str]]
-                ) -> dict[str, Any]:
+def steering(args: argparse.Namespace) -> dict[str, str]:
+    """The fake upstreams' steering headers: chunks per response, TTFT, inter-chunk gap."""
     headers = {"x-fake-tokens": str(args.tokens)}
     if args.ttft_ms:
         headers["x-fake-ttft-ms"] = str(args.ttft_ms)
     if args.itl_ms:
         headers["x-fake-itl-ms"] = str(args.itl_ms)
+    return headers
+
+
+async def bench(args: argparse.Namespace, urls: dict[str, dict[str, str]]
+                ) -> dict[str, Any]:
+    headers = steering(args)
     api_headers = {"openai": headers, "anthropic": {
         **headers, "x-api-key": "bench", "anthropic-version": "2023-06-01"}}
     results: dict[str, Any] = {}
@@ -313,10 +332,29 @@ def main() -> int:
                         help="rounds per measurement, each running direct, floor and gateway")
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per response")
     parser.add_argument("--ttft-ms", type=float, default=0)
-    parser.add_argument("--itl-ms", type=float, default=0)
+    parser.add_argument("--itl-ms", type=float, default=None,
+                        help="gap between streamed chunks (default 0; --instructions: "
+                             f"{instructions.ITL_MS}, so each chunk is its own read)")
     parser.add_argument("--apis", nargs="+", choices=("openai", "anthropic"),
                         default=["openai", "anthropic"])
+    parser.add_argument("--instructions", action="store_true",
+                        help="count the instructions per request instead (callgrind)")
+    parser.add_argument("--instructions-requests", type=int, default=200,
+                        help="requests counted per case")
+    parser.add_argument("--instructions-warmup", type=int, default=50,
+                        help="requests per case before counting")
+    parser.add_argument("--instructions-top", type=int, default=0, metavar="K",
+                        help="also each case's K functions by self cost")
+    parser.add_argument("--instructions-keep", type=Path, metavar="DIR",
+                        help="keep the callgrind dumps (callgrind_annotate, kcachegrind) here")
+    parser.add_argument("--baseline-rev", help="--instructions: also this git revision's")
+    parser.add_argument("--rev", help="--instructions: this git revision's gateway instead "
+                                      "of the working tree's")
     args = parser.parse_args()
+    if args.itl_ms is None:
+        args.itl_ms = instructions.ITL_MS if args.instructions else 0
+    if args.instructions:
+        return count_instructions(args)
     fake_port, floor_port, gw_port = free_port(), free_port(), free_port()
     anth_port, anth_floor_port = free_port(), free_port()
     procs = []
@@ -352,6 +390,25 @@ def main() -> int:
            "results": results, "acceptance": checks}
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     print(summary_line(results, checks))
+    return 0
+
+
+def count_instructions(args: argparse.Namespace) -> int:
+    args.rev = args.rev and instructions.resolve(args.rev)
+    args.baseline_rev = args.baseline_rev and instructions.resolve(args.baseline_rev)
+    found = uvloop.run(instructions.measure_all(
+        BODIES, PATHS, steering(args), args.instructions_requests, args.instructions_warmup,
+        args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev))
+    checks = instructions.acceptance(found["results"])
+    doc = {"bench": "overhead_instructions", "counter": "callgrind Ir",
+           "python": sys.version.split()[0], "pythonhashseed": instructions.ENV["PYTHONHASHSEED"],
+           "requests_per_case": args.instructions_requests,
+           "warmup_per_case": args.instructions_warmup, "tokens_per_response": args.tokens,
+           "upstream_ttft_ms": args.ttft_ms, "upstream_itl_ms": args.itl_ms,
+           "rev": args.rev or "working tree", "baseline_rev": args.baseline_rev, **found,
+           "acceptance": checks}
+    print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    print(instructions.summary_line(found["results"], checks, args.baseline_rev))
     return 0
 
 
