@@ -41,6 +41,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway.embedding import EmbeddingMemo
 from gateway.policy import load_policy
 from gateway.routing.decision import Routers
 from gateway.routing.features import text_features
@@ -164,17 +165,18 @@ def latency(stage: Routers, name: str, n: int = 300) -> dict[str, Any]:
             for label, prompts in sets.items():
                 tokens = [embedder.count_tokens([p]) for p in prompts]
                 vectors = embed_texts(prompts)
-                bodies = [{"messages": [{"role": "user", "content": p}]} for p in prompts]
                 given, full = [], []
-                for prompt, body, vector in zip(prompts, bodies, vectors, strict=True):
+                for prompt, vector in zip(prompts, vectors, strict=True):
+                    memo = EmbeddingMemo()  # the embedding an earlier stage computed
+                    memo[prompt] = vector
                     t = time.perf_counter()
-                    await stage.decide(name, router, policy.tiers, body, (prompt, vector))
+                    await stage.decide(name, router, policy.tiers, prompt, 1, memo)
                     given.append((time.perf_counter() - t) * 1000)
-                for body in bodies[:20]:  # warm the embedding path
-                    await stage.decide(name, router, policy.tiers, body)
-                for body in bodies:
+                for prompt in prompts[:20]:  # warm the embedding path
+                    await stage.decide(name, router, policy.tiers, prompt, 1, EmbeddingMemo())
+                for prompt in prompts:
                     t = time.perf_counter()
-                    await stage.decide(name, router, policy.tiers, body)
+                    await stage.decide(name, router, policy.tiers, prompt, 1, EmbeddingMemo())
                     full.append((time.perf_counter() - t) * 1000)
                 out[label] = {"requests": len(prompts), "tokens_p50": float(np.median(tokens)),
                               "router_p50_ms": pct(given, 50), "router_p99_ms": pct(given, 99),

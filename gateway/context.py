@@ -1,9 +1,13 @@
 """What a request carries through the pipeline, and what comes back out of it.
 
 :class:`RequestContext` is made once per request by the endpoint, after the body was read
-and parsed: stages read it, and write only what they own (the record's fields, response
-headers, the model to serve). Its ``policy`` is the snapshot taken at entry: a live reload
-in the middle of a request never mixes two policies.
+and parsed. Its ``policy`` is the snapshot taken at entry: a live reload in the middle of a
+request never mixes two policies. It owns every per-request value that more than one party
+uses, each computed once by one owner: the resolved model route, what the upstream
+answered (usage, finish reason, which upstream, its timings), the request as OpenAI chat,
+the user's text by each rule (:mod:`gateway.formats.chat_text`) and its embedding. The log
+line (``record``) is filled from it once, at the end, by the endpoint; a stage writes its
+own log fields there (its decision: cache layer, route tier...) and never reads the record.
 
 :class:`Reply` is what the pipeline answers: a complete body, or an upstream stream whose
 first chunk has been read. Nothing reaches the client until the pipeline returns, so a
@@ -24,16 +28,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.embedding import EmbeddingMemo
 from gateway.formats.apis import OPENAI, ApiFormat
+from gateway.formats.chat_text import final_user_text, last_user_text
 from gateway.formats.openai import RequestKind
+from gateway.formats.usage import Usage
+from gateway.models import ModelRoute
 from gateway.requestlog import RequestRecord
 
 if TYPE_CHECKING:
     from gateway.policy import Policy
 
 __all__ = ["Headers", "Memo", "Next", "Outcome", "Reply", "RequestContext", "RequestKind",
-           "Stage", "Stream", "Ticket"]
+           "Stage", "Stream", "Ticket", "Usage"]
 
 Headers = list[tuple[bytes, bytes]]
+
+_UNSET: Any = object()  # a lazily computed field not computed yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +65,35 @@ class Memo:
     embeddings: EmbeddingMemo = field(default_factory=EmbeddingMemo)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, kw_only=True)
 class RequestContext:
-    """One request, as the stages see it.
+    """One request, as the stages see it. Who sets each field, and who reads it:
 
-    ``kind`` and ``path``: the endpoint (e.g. ``chat``, ``/chat/completions``; Anthropic's
-    Messages is kind ``chat`` on ``/v1/messages``, with ``api`` ANTHROPIC); ``raw``: the
-    body as received (bytes); ``body``: it parsed; ``headers``: the client's (lower-case
-    names); ``key_id``: the gateway key's id, or None; ``policy``: the snapshot taken at
-    entry; ``record``: the log line's fields; ``model``: the public model (aliases resolved)
-    or router alias asked for; ``target``: the public model to serve it (a stage may choose
-    another); ``response_headers``: added to whatever answer goes out.
+    Set by the endpoint, at entry: ``kind`` and ``path`` (the endpoint, e.g. ``chat``,
+    ``/chat/completions``; Anthropic's Messages is kind ``chat`` on ``/v1/messages``, with
+    ``api`` ANTHROPIC); ``raw``, the body as received, and ``body``, it parsed (the compress
+    stage may replace both with a compressed request); ``headers`` (the client's, lower-case
+    names); ``key_id`` (the gateway key's id, or None); ``request_id``; ``stream``;
+    ``policy`` (the snapshot); ``record`` (the log line, written by the endpoint at the end
+    and by stages for their own decisions; read by no stage); ``started`` (arrival,
+    ``time.perf_counter()`` seconds); ``model``, the public model (aliases resolved) or
+    router alias asked for; ``target``, the public model to serve it, and ``route``, its
+    :class:`~gateway.models.ModelRoute` (None for a router alias): a stage that chooses
+    another model (route, admission's reroute) sets both; compress, admission and dispatch
+    read the route's targets. ``response_headers``: added to whatever answer goes out.
+
+    Set by dispatch, read by the stages after the answer (rate-limit settlement, compression's
+    learning, the cache's late hit) and by the endpoint for the log line: ``upstream`` and
+    ``model_served`` (the target last tried; the cache sets ``model_served`` for a hit),
+    ``upstream_started`` / ``upstream_ended`` (``perf_counter`` seconds: the first attempt,
+    the last byte), ``queue_ms`` (waited for upstream slots), ``retries``. Set once by
+    whoever reads the answer (dispatch for a whole one, the endpoint for a stream, the cache
+    for a hit): ``usage``, ``finish_reason`` (OpenAI's vocabulary). Set by the endpoint:
+    ``ttft_ms`` (arrival to the first event sent).
+
+    Computed on first use, then kept: :attr:`chat` (the client's request as OpenAI chat),
+    :attr:`semantic_query` (the cache's reading of the user's text), :attr:`last_user_text`
+    (the router's), and in ``memo`` the embeddings of such texts.
     """
 
     kind: RequestKind
@@ -75,10 +102,14 @@ class RequestContext:
     body: dict[str, Any]
     headers: Headers
     key_id: str | None
+    request_id: str
+    stream: bool
     policy: Policy
     record: RequestRecord
+    started: float
     model: str
     target: str
+    route: ModelRoute | None
     response_headers: Headers
     memo: Memo = field(default_factory=Memo)
     #: The client's API: its request and every answer to it are in this format.
@@ -89,7 +120,7 @@ class RequestContext:
     #: route stage's tier fallback): degraded-mode actions wait until none is left.
     fallbacks_left: int = 0
     #: Set by a stage that reshapes what each upstream is sent (the prompt_cache stage):
-    #: called per attempt with the body in the upstream's format (already translated, its
+    #: called per target with the body in the upstream's format (already translated, its
     #: ``model`` the target's) and that format's name ("openai" | "anthropic"); returns the
     #: body to send. None: the client's bytes go as they came (when nothing translates).
     shape_body: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
@@ -103,10 +134,47 @@ class RequestContext:
     #: Set by a stage that can make an overloaded request cheaper (the compress stage's
     #: harder cut): called with the degraded label, returns whether the request changed.
     degraded_compress: Callable[[str], Awaitable[bool]] | None = None
+    upstream: str | None = None
+    model_served: str | None = None
+    upstream_started: float | None = None
+    upstream_ended: float | None = None
+    queue_ms: float = 0.0
+    retries: int = 0
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    ttft_ms: float | None = None
+    _chat: dict[str, Any] | None = None
+    _semantic_query: str | None = _UNSET
+    _last_user_text: str | None = None
 
     @property
-    def stream(self) -> bool:
-        return self.record.stream
+    def chat(self) -> dict[str, Any]:
+        """The client's request as OpenAI chat (``api.chat_view``: the system prompt first
+        among the ``messages``), for cache keys and router features. Of the request as it
+        came: the stages that read it run before any stage that changes ``body`` (the stage
+        table puts compress after cache and route)."""
+        chat = self._chat
+        if chat is None:
+            chat = self._chat = self.api.chat_view(self.body)
+        return chat
+
+    @property
+    def semantic_query(self) -> str | None:
+        """The cache's reading: the final message's text when it is a user turn of text
+        alone, else None (:func:`~gateway.formats.chat_text.final_user_text`)."""
+        query = self._semantic_query
+        if query is _UNSET:
+            query = self._semantic_query = final_user_text(self.chat.get("messages"))
+        return query
+
+    @property
+    def last_user_text(self) -> str:
+        """The router's reading: the last user message's text parts, or ""
+        (:func:`~gateway.formats.chat_text.last_user_text`)."""
+        text = self._last_user_text
+        if text is None:
+            text = self._last_user_text = last_user_text(self.chat.get("messages"))
+        return text
 
 
 class Stream(Protocol):
@@ -137,17 +205,20 @@ class Reply:
     """The pipeline's answer. ``status`` and ``headers`` (for the client, upstream's already
     filtered); then either ``body`` (complete: JSON, or a whole SSE stream when ``sse``) or
     ``stream`` (an upstream stream, relayed event by event; ``hide_usage``: drop the usage
-    chunk the gateway asked for on the client's behalf)."""
+    chunk the gateway asked for on the client's behalf). ``json``: ``body`` parsed, when
+    dispatch made the reply from an upstream's whole answer (None when it is not JSON, or
+    for a reply another stage made): a stage reads it rather than parse the body again."""
 
-    __slots__ = ("_closers", "body", "headers", "hide_usage", "sse", "status", "stream",
-                 "taps")
+    __slots__ = ("_closers", "body", "headers", "hide_usage", "json", "sse", "status",
+                 "stream", "taps")
 
     def __init__(self, status: int, headers: Headers, body: bytes = b"", *,
                  sse: bool = False, stream: Stream | None = None,
-                 hide_usage: bool = False) -> None:
+                 hide_usage: bool = False, json: Any = None) -> None:
         self.status = status
         self.headers = headers
         self.body = body
+        self.json = json
         self.sse = sse or stream is not None
         self.stream = stream
         self.hide_usage = hide_usage

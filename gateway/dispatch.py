@@ -1,11 +1,13 @@
 """The pipeline's terminal step: send the request to its model's targets in order, with
 retries, before any byte reaches the client.
 
-:class:`Dispatch` resolves the model to serve (``ctx.target``), rewrites ``model`` for each
-target, asks OpenAI-style upstreams for the final usage chunk of a stream (forwarded only to
-clients that asked for it), and returns the :class:`~gateway.context.Reply`: a complete
-response, or an open stream whose first chunk has arrived. :class:`Dispatcher` does the
-trying:
+:class:`Dispatch` sends the request to the targets of the model to serve (``ctx.route``),
+rewrites ``model`` for each target, asks OpenAI-style upstreams for the final usage chunk of a
+stream (forwarded only to clients that asked for it), and returns the
+:class:`~gateway.context.Reply`: a complete response, or an open stream whose first chunk has
+arrived. The body each target is sent is made once per target (translated, shaped), not once
+per attempt; a whole answer is parsed once, and its parsed form handed on (``Reply.json``,
+and what the upstream answered into the context). :class:`Dispatcher` does the trying:
 
 For each target (the model's ordered fallback list), up to ``max_attempts`` attempts. An
 attempt is retried on :class:`~gateway.errors.UpstreamUnreachable` or a broken-off response,
@@ -35,21 +37,19 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-import orjson
-
+from gateway import jsonio
 from gateway.breaker import Breaker
 from gateway.concurrency import Limiter, Shed, Slot
 from gateway.config import Target
-from gateway.context import Reply, RequestContext, Stream, Ticket
+from gateway.context import Reply, RequestContext, Stream
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
-from gateway.formats.anthropic import finish_reason_of
-from gateway.formats.bridge import TranslatedStream, bridge
-from gateway.formats.openai import with_usage_option
-from gateway.http import forward_request_headers, forward_response_headers, retry_after_ms
+from gateway.formats.bridge import TranslatedStream
+from gateway.http import forward_response_headers, retry_after_ms
+from gateway.models import model_not_found
+from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
-from gateway.requestlog import RequestRecord
 from gateway.retry_budget import RetryBudget
 from gateway.upstreams.base import (
     RawHeaders,
@@ -58,9 +58,6 @@ from gateway.upstreams.base import (
     UpstreamResponse,
     WholeResponse,
 )
-
-if TYPE_CHECKING:
-    from gateway.models import ModelTable
 
 __all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms"]
 
@@ -162,26 +159,26 @@ class Dispatcher:
 
     # unary and stream return _run's coroutine rather than awaiting it: one frame less in
     # the await chain, which every resumption of the request walks.
+    #
+    # ``ctx``: the request's policy snapshot and admission ticket are read from it; the
+    # upstream tried, the time queued for slots, the retries and the first attempt's start
+    # are written into it.
     def unary(
         self,
         targets: Sequence[Target],
         build: Callable[[Target], UpstreamRequest],
-        policy: Policy,
-        rec: RequestRecord,
-        ticket: Ticket | None = None,
+        ctx: RequestContext,
     ) -> Awaitable[tuple[Target, WholeResponse]]:
         def attempt(upstream: Upstream, target: Target) -> Awaitable[WholeResponse]:
             return upstream.send(build(target))
 
-        return self._run(targets, attempt, policy, rec, ticket)
+        return self._run(targets, attempt, ctx)
 
     def stream(
         self,
         targets: Sequence[Target],
         build: Callable[[Target], UpstreamRequest],
-        policy: Policy,
-        rec: RequestRecord,
-        ticket: Ticket | None = None,
+        ctx: RequestContext,
     ) -> Awaitable[tuple[Target, WholeResponse | Opened]]:
         async def attempt(upstream: Upstream, target: Target) -> WholeResponse | Opened:
             response = await upstream.stream(build(target))
@@ -195,17 +192,15 @@ class Dispatcher:
                 raise
             return Opened(response, chunks, first)
 
-        return self._run(targets, attempt, policy, rec, ticket)
+        return self._run(targets, attempt, ctx)
 
     async def _run(
         self,
         targets: Sequence[Target],
         attempt: Callable[[Upstream, Target], Awaitable[R]],
-        policy: Policy,
-        rec: RequestRecord,
-        ticket: Ticket | None,
+        ctx: RequestContext,
     ) -> tuple[Target, R]:
-        retry = policy.retry
+        retry, ticket = ctx.policy.retry, ctx.ticket
         last: tuple[Target, R] | None = None
         error: UpstreamError | None = None
         shed: Shed | None = None
@@ -227,16 +222,16 @@ class Dispatcher:
                     shed = exc
                     continue
                 if slot.waited_ms:
-                    rec.queue_ms = round(rec.queue_ms + slot.waited_ms, 3)
-            if rec.upstream_started is None:
-                rec.upstream_started = time.perf_counter()
-            rec.upstream, rec.model_served = target.upstream, target.model
+                    ctx.queue_ms = round(ctx.queue_ms + slot.waited_ms, 3)
+            if ctx.upstream_started is None:
+                ctx.upstream_started = time.perf_counter()
+            ctx.upstream, ctx.model_served = target.upstream, target.model
             try:
                 for n in range(1, retry.max_attempts + 1):
                     if tries:
                         if not self.budget.withdraw():
                             return _give_up(last, error)
-                        rec.retries += 1
+                        ctx.retries += 1
                     tries += 1
                     started = time.perf_counter()
                     try:
@@ -287,108 +282,47 @@ class Dispatch:
     (:mod:`gateway.formats.bridge`), and its answer, whole or streamed, is translated back;
     otherwise the client's bytes go as they came (``model`` rewritten when it differs).
 
-    Raises ModelNotFound for an unknown ``ctx.target``, Shed when no target could take the
-    request, UpstreamError (and subclasses) when every attempt failed without a status,
-    NoUpstreamAvailable when the model has no enabled upstream.
+    Raises ModelNotFound when ``ctx.route`` is None (a router alias no stage resolved),
+    Shed when no target could take the request, UpstreamError (and subclasses) when every
+    attempt failed without a status, NoUpstreamAvailable when the model has no enabled
+    upstream.
     """
 
-    def __init__(self, dispatcher: Dispatcher, models: ModelTable) -> None:
+    def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
-        self.models = models
 
     async def __call__(self, ctx: RequestContext) -> Reply:
-        targets = self.models.resolve(ctx.target).targets
-        rec, body, api, kind = ctx.record, ctx.body, ctx.api.name, ctx.kind
-        upstreams = self.dispatcher.upstreams
-        # An OpenAI stream's usage chunk: asked of OpenAI-style upstreams (observe_usage) and
-        # always made by the Anthropic translation; forwarded only to clients that asked.
-        hide_usage = inject = False
-        raw = ctx.raw
-        if ctx.stream and api == "openai":
-            options = body.get("stream_options") or {}
-            if not options.get("include_usage"):
-                hide_usage = True
-                if ctx.policy.streaming.observe_usage:
-                    inject = True
-                    if "stream_options" not in body:  # the client's bytes, the option spliced in
-                        raw = with_usage_option(raw)
-                    body = {**body, "stream_options": {**options, "include_usage": True}}
-        forwarded = forward_request_headers(ctx.headers)
-        asked = body["model"]
-        # raw carries the usage option (else, when it is injected, the body is serialised again)
-        spliced = raw is not ctx.raw
-        max_tokens = ctx.policy.translation.default_max_tokens
-
-        shape = ctx.shape_body
-
-        def build(target: Target) -> UpstreamRequest:
-            up_api = upstreams[target.upstream].api
-            crossing = bridge(api, up_api, kind)
-            if crossing is not None:
-                out = crossing.request(ctx.body, target.model, max_tokens)
-                payload = orjson.dumps(out if shape is None else shape(out, up_api))
-                return UpstreamRequest("POST", crossing.path, payload, forwarded, ctx.stream,
-                                       rec.request_id)
-            if shape is not None:
-                payload = orjson.dumps(shape({**body, "model": target.model}, up_api))
-            elif target.model == asked and (not inject or spliced):
-                payload = raw
-            else:
-                payload = orjson.dumps({**body, "model": target.model})
-            return UpstreamRequest("POST", ctx.path, payload, forwarded, ctx.stream,
-                                   rec.request_id)
-
+        route = ctx.route
+        if route is None:
+            raise model_not_found(ctx.target)
+        dispatcher, bodies = self.dispatcher, Outbound(ctx, self.dispatcher.upstreams)
         if ctx.stream:
-            target, opened = await self.dispatcher.stream(targets, build, ctx.policy, rec,
-                                                          ctx.ticket)
-            crossing = bridge(api, upstreams[target.upstream].api, kind)
+            target, opened = await dispatcher.stream(route.targets, bodies.request, ctx)
+            crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
                 headers = [h for h in forward_response_headers(opened.response.headers)
                            if h[0] not in (b"content-type", b"cache-control")]
                 stream: Stream = opened if crossing is None else \
                     TranslatedStream(opened, crossing.stream())
-                return Reply(200, headers, stream=stream, hide_usage=hide_usage)
+                return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
             response = opened  # the upstream refused with a status: pass it on
         else:
-            target, response = await self.dispatcher.unary(targets, build, ctx.policy, rec,
-                                                           ctx.ticket)
-            crossing = bridge(api, upstreams[target.upstream].api, kind)
-        rec.upstream_ended = time.perf_counter()
-        _observe(response, rec)
+            target, response = await dispatcher.unary(route.targets, bodies.request, ctx)
+            crossing = bodies.crossing(target)
+        ctx.upstream_ended = time.perf_counter()
+        try:
+            obj = jsonio.loads(response.body)  # the one parse of the answer
+        except jsonio.JSONDecodeError:
+            obj = None
+        observe(response.status, obj, ctx)
         headers = forward_response_headers(response.headers)
         if crossing is None:
-            return Reply(response.status, headers, response.body)
+            return Reply(response.status, headers, response.body, json=obj)
         if response.status == 200:
-            return Reply(200, headers, crossing.response(response.body))
-        status, error = crossing.error(response.status, response.body)
-        return Reply(status, headers, error)
-
-
-def _observe(response: WholeResponse, rec: RequestRecord) -> None:
-    """The log line's fields from a complete response, OpenAI's or Anthropic's: error type
-    and code, or usage and ``finish_reason``."""
-    try:
-        obj = orjson.loads(response.body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if not isinstance(obj, dict):
-        if response.status >= 400:
-            rec.error_type = "upstream_error"
-        return
-    if response.status >= 400:
-        error = obj.get("error")
-        rec.error_type = error.get("type") if isinstance(error, dict) else "upstream_error"
-        rec.error_code = error.get("code") if isinstance(error, dict) else None
-        return
-    rec.error_type = rec.error_code = None
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        rec.take_usage(usage)
-    choices = obj.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[-1], dict):
-        rec.finish_reason = choices[-1].get("finish_reason")
-    elif "stop_reason" in obj:
-        rec.finish_reason = finish_reason_of(obj["stop_reason"])
+            out = crossing.response(obj)
+            return Reply(200, headers, jsonio.dumps(out), json=out)
+        status, error = crossing.error(response.status, obj)
+        return Reply(status, headers, jsonio.dumps(error), json=error)
 
 
 def _give_up(last: tuple[Target, R] | None, error: UpstreamError | None) -> tuple[Target, R]:

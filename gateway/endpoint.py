@@ -7,7 +7,9 @@ take the policy snapshot and its pipeline, build the :class:`~gateway.context.Re
 and run the pipeline, then send its reply, all while a watcher cancels everything the
 moment the client disconnects. Streams are forwarded event by event as they arrive; an
 upstream failure mid-stream becomes an error event in the client's format and the stream
-ends (never a fake ``[DONE]`` or ``message_stop``). Errors are in the client's format too. One log line and one metrics observation per request, whatever happened.
+ends (never a fake ``[DONE]`` or ``message_stop``). Errors are in the client's format too.
+One log line and one metrics observation per request, whatever happened: the record is
+filled from the context once, at the end (:func:`_fill`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import structlog
 
 from gateway.concurrency import Shed
 from gateway.context import Headers, Outcome, Reply, RequestContext, RequestKind
-from gateway.errors import GatewayError, ModelNotFound, UpstreamError
+from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.apis import OPENAI, ApiFormat
+from gateway.formats.usage import Usage
 from gateway.http import read_body, send_bytes
+from gateway.models import model_not_found
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
@@ -74,6 +78,7 @@ class ModelEndpoint:
         task = asyncio.current_task(gw.loop)
         assert task is not None
         drain.tasks.add(task)
+        ctx: RequestContext | None = None
         try:
             if drain.draining:
                 raise drain.error()
@@ -87,18 +92,19 @@ class ModelEndpoint:
             rec.model_requested, rec.stream = model, bool(body.get("stream"))
             route = gw.models.routes.get(model)
             if route is None and model not in runtime.pipeline.aliases:
-                raise ModelNotFound(f"the model '{model}' does not exist on this gateway; "
-                                    "GET /v1/models lists the available models",
-                                    param="model")
+                raise model_not_found(model)
             name = model if route is None else route.name
-            ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
-                                 runtime.policy, rec, name, name, extra, api=api)
+            ctx = RequestContext(
+                kind=self.kind, path=self.path, raw=raw, body=body, headers=headers,
+                key_id=rec.key_id, request_id=rec.request_id, stream=rec.stream,
+                policy=runtime.policy, record=rec, started=rec.started, model=name,
+                target=name, route=route, response_headers=extra, api=api)
             with gw.watches.watch(receive, task):
                 reply = await runtime.pipeline(ctx)
                 if reply.stream is not None:
-                    await sending.relay(reply)
+                    await sending.relay(reply, ctx)
                 else:
-                    await sending.whole(reply)
+                    await sending.whole(reply, ctx)
         except ClientDisconnected:
             if not sending.completed:  # once the answer is whole, leaving is no cancel
                 rec.cancelled = True
@@ -119,9 +125,35 @@ class ModelEndpoint:
         finally:
             drain.tasks.discard(task)
             gw.metrics.in_flight -= 1
+            if ctx is not None:
+                _fill(rec, ctx)
             rec.finish()
             gw.metrics.observe(rec)
             gw.logger.emit(rec)
+
+
+def _fill(rec: RequestRecord, ctx: RequestContext) -> None:
+    """The log line's fields that the context owns (only those set: the record's class
+    defaults say the rest)."""
+    if ctx.upstream is not None:
+        rec.upstream = ctx.upstream
+    if ctx.model_served is not None:
+        rec.model_served = ctx.model_served
+    if ctx.upstream_started is not None:
+        rec.upstream_started, rec.upstream_ended = ctx.upstream_started, ctx.upstream_ended
+    if ctx.queue_ms:
+        rec.queue_ms = ctx.queue_ms
+    if ctx.retries:
+        rec.retries = ctx.retries
+    if ctx.ttft_ms is not None:
+        rec.ttft_ms = ctx.ttft_ms
+    if ctx.finish_reason is not None:
+        rec.finish_reason = ctx.finish_reason
+    usage = ctx.usage
+    if usage is not None:
+        rec.prompt_tokens, rec.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        rec.cached_tokens = rec.cache_read_tokens = usage.cached_tokens
+        rec.cache_write_tokens = usage.cache_write_tokens
 
 
 class _Sending:
@@ -140,14 +172,13 @@ class _Sending:
         #: client leaving after that (or the server saying so) cancels nothing.
         self.completed = False
 
-    async def whole(self, reply: Reply) -> None:
+    async def whole(self, reply: Reply, ctx: RequestContext) -> None:
         """Send a complete reply (JSON, or a whole SSE stream)."""
         delivered = False
         try:
-            rec = self.rec
-            rec.status = reply.status
+            self.rec.status = reply.status
             if reply.sse:
-                rec.mark_first_event()
+                _first_event(ctx)
                 await self._start(reply.status, _SSE_HEADERS + reply.headers)
                 await self.send({"type": "http.response.body", "body": reply.body})
             else:
@@ -182,9 +213,10 @@ class _Sending:
         await self.send({"type": "http.response.start", "status": status,
                          "headers": headers + self.extra})
 
-    async def relay(self, reply: Reply) -> None:
+    async def relay(self, reply: Reply, ctx: RequestContext) -> None:
         """Forward an upstream stream event by event; an upstream failure midway becomes an
-        error event that ends the stream."""
+        error event that ends the stream. What the stream says (usage, finish reason) goes
+        into the context."""
         stream, rec, send, taps = reply.stream, self.rec, self.send, reply.taps
         assert stream is not None
         observer = self.api.observer(reply.hide_usage)
@@ -200,8 +232,8 @@ class _Sending:
                     if observer.done:  # [DONE]: sent below, with the end of the body
                         break
                     if out:
-                        if rec.ttft_ms is None:
-                            rec.mark_first_event()
+                        if ctx.ttft_ms is None:
+                            _first_event(ctx)
                         for tap in taps:
                             tap(out)
                         await send({"type": "http.response.body", "body": out,
@@ -220,16 +252,18 @@ class _Sending:
                 rec.error_type, rec.error_code = exc.type, exc.code
                 out = observer.flush() + self.api.error_event(exc)
             finally:
-                rec.upstream_ended = time.perf_counter()
+                ctx.upstream_ended = time.perf_counter()
             if out:
                 for tap in taps:
                     tap(out)
-            rec.finish_reason = observer.finish_reason
-            rec.take_usage(observer.usage)
+            ctx.finish_reason = observer.finish_reason
+            usage = Usage.of(observer.usage)
+            if usage is not None:
+                ctx.usage = usage
             if observer.errored and rec.error_type is None:  # the upstream's error event
                 rec.error_type = observer.error_type or "upstream_error"
             if out:
-                rec.mark_first_event()
+                _first_event(ctx)
             await send({"type": "http.response.body", "body": out, "more_body": False})
             self.completed = True
             delivered = not failed
@@ -237,6 +271,12 @@ class _Sending:
                 await stream.finish()
         finally:  # also when the client left (cancelled, a failed send)
             reply.close(Outcome(delivered, failed))
+
+
+def _first_event(ctx: RequestContext) -> None:
+    """Note the time to the first event sent (once)."""
+    if ctx.ttft_ms is None:
+        ctx.ttft_ms = round((time.perf_counter() - ctx.started) * 1000, 3)
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -1,8 +1,10 @@
 """The models a gateway serves: public names and aliases -> each model's ordered targets.
 
 Built once from the :class:`~gateway.config.Config` (models do not change on a policy
-reload) and shared by the endpoints, the stages that need a model's targets (compress,
-admission) and dispatch.
+reload). The endpoint resolves the requested model once into the request's
+``RequestContext.route``; a stage that chooses another model to serve (route, admission's
+reroute) resolves that one; the stages that need a model's targets (compress, admission)
+and dispatch read the context's route.
 """
 
 from __future__ import annotations
@@ -12,11 +14,19 @@ from dataclasses import dataclass
 from gateway.config import Config, Target
 from gateway.errors import ModelNotFound
 
-__all__ = ["ModelRoute", "ModelTable"]
+__all__ = ["ModelRoute", "ModelTable", "model_not_found"]
+
+
+def model_not_found(name: str) -> ModelNotFound:
+    """The 404 (``param: model``) for a model name the gateway does not serve."""
+    return ModelNotFound(f"the model '{name}' does not exist on this gateway; "
+                         "GET /v1/models lists the available models", param="model")
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRoute:
+    """A public model (``name``, its aliases resolved) and its ordered ``targets``."""
+
     name: str
     targets: tuple[Target, ...]
 
@@ -38,6 +48,5 @@ class ModelTable:
         list."""
         route = self.routes.get(name)
         if route is None:
-            raise ModelNotFound(f"the model '{name}' does not exist on this gateway; "
-                                "GET /v1/models lists the available models", param="model")
+            raise model_not_found(name)
         return route

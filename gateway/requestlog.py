@@ -126,7 +126,10 @@ def _iso(ts: float) -> str:
 
 
 class RequestRecord:
-    """Mutable per-request facts, filled along the request path and emitted once.
+    """Mutable per-request facts, emitted once. The endpoint fills it (from the request's
+    context, at the end, for what the context owns: upstream, timings, usage...); a stage
+    writes only its own decision fields (``cache``, ``route_tier``...); nothing on the
+    request path reads it back.
 
     Fields default at class level, so a request pays only for the fields it sets.
     """
@@ -185,30 +188,6 @@ class RequestRecord:
         self.ts = time.time()
         self.route = route
         self.stream = stream
-
-    def mark_first_event(self) -> None:
-        if self.ttft_ms is None:
-            self.ttft_ms = round((time.perf_counter() - self.started) * 1000, 3)
-
-    def take_usage(self, usage: dict[str, Any] | None) -> None:
-        """Token counts from a usage object, OpenAI's or Anthropic's (told apart by
-        ``input_tokens``: Anthropic's excludes the cache reads and writes, which are added
-        so that ``prompt_tokens`` counts all input either way)."""
-        if not usage:
-            return
-        if "input_tokens" in usage:
-            read = usage.get("cache_read_input_tokens")
-            written = usage.get("cache_creation_input_tokens")
-            self.prompt_tokens = (usage.get("input_tokens") or 0) + (read or 0) + (written or 0)
-            self.completion_tokens = usage.get("output_tokens")
-            self.cached_tokens = self.cache_read_tokens = read
-            self.cache_write_tokens = written
-            return
-        self.prompt_tokens = usage.get("prompt_tokens")
-        self.completion_tokens = usage.get("completion_tokens")
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            self.cached_tokens = self.cache_read_tokens = details.get("cached_tokens")
 
     def finish(self) -> None:
         now = time.perf_counter()

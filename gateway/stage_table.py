@@ -71,11 +71,11 @@ class StageRow:
 STAGES: dict[str, StageRow] = {
     "rate_limit": StageRow(lambda p, s: rate_limit.build(p.rate_limits, s.rate_limiter)),
     "cache": StageRow(lambda p, s: cache.build(p.cache, s.cache, s.upstreams)),
-    "route": StageRow(lambda p, s: route.build(p.routing, s.routers)),
-    # The cache keys on the request as the client sent it; the tokenizer and the prefill
-    # rate are the model's the route stage chose.
+    "route": StageRow(lambda p, s: route.build(p.routing, s.routers, s.models)),
+    # The cache keys on the request as the client sent it (so does the router, through
+    # ctx.chat); the tokenizer and the prefill rate are the model's the route stage chose.
     "compress": StageRow(
-        lambda p, s: compress.build(p.compression, s.compression, s.models, s.upstreams),
+        lambda p, s: compress.build(p.compression, s.compression, s.upstreams),
         after=("cache", "route")),
     "prompt_cache": StageRow(lambda p, s: prompt_cache.build(p.prompt_cache, s.prompt_memory)),
     # Admission needs the model to serve, which the route stage chooses.

@@ -142,7 +142,7 @@ class Gateway:
             cache=self.cache, routers=self.routers, compression=self.compression,
             prompt_memory=self.prompt_memory, rate_limiter=self.rate_limiter,
             entry_limits=self.entry_limits, model_limiters=self.model_limiters)
-        self._terminal = Dispatch(self.dispatcher, self.models)
+        self._terminal = Dispatch(self.dispatcher)
         self.runtime = Runtime(policy, Pipeline(policy, self.services, self._terminal))
         self._load_embedder = load_embedder
         self._stop_embedder: Callable[[], None] | None = None

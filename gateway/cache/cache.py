@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 import structlog
 
+from gateway import jsonio
 from gateway.cache.backend import Backend, Entry
 from gateway.cache.keys import CacheKey, cache_key, ineligible_reason
 from gateway.cache.policy_verifier import PairVerifier
@@ -77,7 +77,8 @@ class Lookup:
     ``semantic``: the semantic layer is still to run (:meth:`ResponseCache.semantic`);
     ``possible``: it could hit (False when the scope holds no entry: it then only embeds,
     for the store). The log line's fields so far: ``result`` (``hit``, ``miss``,
-    ``bypass``), ``layer``, ``similarity``, ``verified``, ``ms`` (the whole lookup's time).
+    ``bypass``), ``layer``, ``similarity``, ``verified``, ``ms`` (the whole lookup's time);
+    ``written``: they were copied into the log line (:meth:`write`).
     """
 
     key: CacheKey | None = None
@@ -94,11 +95,24 @@ class Lookup:
     verified: float | None = None
     ms: float | None = None
     started: float = field(default_factory=time.perf_counter)
+    written: bool = False
+    _stored: dict[str, Any] | None = None
 
     def write(self, rec: RequestRecord) -> None:
         """Copy the outcome into the request's log line."""
         rec.cache, rec.cache_layer, rec.lookup_ms = self.result, self.layer, self.ms
         rec.similarity, rec.verified = self.similarity, self.verified
+        self.written = True
+
+    def stored(self, entry: Entry) -> Any:
+        """``entry``'s stored answer parsed, once per lookup (the candidates' token counts
+        and the hit's answer both read it). Raises JSONDecodeError for a broken entry."""
+        parsed = self._stored if self._stored is not None else {}
+        found = parsed.get(entry.id)
+        if found is None:
+            found = parsed[entry.id] = jsonio.loads(entry.answer)
+            self._stored = parsed
+        return found
 
     def _took(self) -> None:
         self.ms = round((time.perf_counter() - self.started) * 1000, 3)
@@ -177,11 +191,12 @@ class ResponseCache:
             result._took()
 
     async def _exact(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
-        data = ctx.api.chat_view(ctx.body)
+        data = ctx.chat
         directives = cache_directives(ctx.headers)
         if ineligible_reason(data, policy.max_temperature) is not None:
             return
-        key = result.key = cache_key(data, namespace_of(ctx.headers, ctx.key_id), ctx.model)
+        key = result.key = cache_key(data, namespace_of(ctx.headers, ctx.key_id), ctx.model,
+                                     ctx.semantic_query)
         limit = data.get("max_completion_tokens", data.get("max_tokens"))
         result.max_tokens = limit if isinstance(limit, int) else None
         result.store = "no-store" not in directives
@@ -252,7 +267,7 @@ class ResponseCache:
         """The nearest candidate that passes ``point``, or None."""
         for entry, sim, score in result.candidates:
             if sim >= point.similarity and score >= point.verifier \
-                    and _fits(entry, result.max_tokens):
+                    and _fits(result, entry):
                 return entry
         return None
 
@@ -299,12 +314,12 @@ class ResponseCache:
         await self.backend.aclose()
 
 
-def _fits(entry: Entry, max_tokens: int | None) -> bool:
+def _fits(result: Lookup, entry: Entry) -> bool:
     """A cached answer longer than the request's max_tokens would not have been produced."""
-    if max_tokens is None:
+    if result.max_tokens is None:
         return True
-    n = orjson.loads(entry.answer).get("completion_tokens")
-    return n is None or n <= max_tokens
+    n = result.stored(entry).get("completion_tokens")
+    return n is None or n <= result.max_tokens
 
 
 class _Bypass(Exception):

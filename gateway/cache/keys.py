@@ -9,7 +9,7 @@ Pure functions over a parsed chat completions request.
 - **Scope**: a semantic hit is possible only between requests with the same namespace
   (tenant), model, system prompt, tools, response format, other output-shaping parameters
   and conversation before the last user turn. Only the last user message is compared by
-  meaning.
+  meaning (:func:`gateway.formats.chat_text.final_user_text`: the caller passes it in).
 - **Eligibility**: the policy bounds temperature; never with n > 1, logprobs, or a forced
   tool call (those answers are not interchangeable).
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_key", "ineligible_reason", "semantic_query"]
+__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_key", "ineligible_reason"]
 
 #: Fields that do not change what the model answers: excluded from both keys.
 NEUTRAL_FIELDS = frozenset({
@@ -40,30 +40,6 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(orjson.dumps(obj, option=_OPTS)).hexdigest()[:32]
 
 
-def _text(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                return None  # images, audio, files: never compared by meaning
-            parts.append(str(part.get("text", "")))
-        return "\n".join(parts)
-    return None
-
-
-def semantic_query(messages: list[dict[str, Any]]) -> str | None:
-    """The text compared by meaning: the final message's, when it is a plain-text user turn;
-    else None (the request can only hit exactly)."""
-    if not messages:
-        return None
-    last = messages[-1]
-    if last.get("role") != "user":
-        return None
-    return _text(last.get("content"))
-
-
 @dataclass(frozen=True, slots=True)
 class CacheKey:
     """``exact``: the exact-layer key. ``scope``: the semantic partition (None when the request
@@ -75,13 +51,15 @@ class CacheKey:
     namespace: str
 
 
-def cache_key(data: dict[str, Any], namespace: str, model: str) -> CacheKey:
-    """Keys for a chat request already resolved to a public ``model``."""
+def cache_key(data: dict[str, Any], namespace: str, model: str, query: str | None
+              ) -> CacheKey:
+    """Keys for a chat request already resolved to a public ``model``. ``query``: its text
+    compared by meaning (:func:`gateway.formats.chat_text.final_user_text` of its messages),
+    or None when it can only hit exactly."""
     canonical = {k: v for k, v in data.items() if k not in NEUTRAL_FIELDS}
     canonical["model"] = model
     exact = _digest([namespace, canonical])
     messages = data.get("messages") or []
-    query = semantic_query(messages)
     if query is None or not query.strip():
         return CacheKey(exact, None, None, namespace)
     shaping = {k: v for k, v in canonical.items() if k not in _SEMANTIC_FIELDS}

@@ -19,8 +19,10 @@ anew on every turn would throw that read away. Within the current turn:
   instruction, documents, question); its other texts are context.
 
 :func:`plan` returns the segments (where each text lives in the body, so the compressed
-text can be written back) and the question to rank them against. Pure; the body given is
-the one written to (pass a copy).
+text can be written back) and the question to rank them against; :func:`rewritten` makes
+the compressed request from them without touching the client's: it copies only the
+containers on the way to each rewritten text (a message, its content list, a block) and
+shares the rest. Pure.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 from gateway.compression.units import split, units_of
 
-__all__ = ["MAX_REQUEST_CHARS", "Plan", "Segment", "plan"]
+__all__ = ["MAX_REQUEST_CHARS", "Plan", "Segment", "plan", "rewritten"]
 
 #: A first or last unit longer than this (characters) is context, not the request.
 MAX_REQUEST_CHARS = 2_000
@@ -40,18 +42,47 @@ MAX_REQUEST_CHARS = 2_000
 _DATA = frozenset({"document", "record", "json", "code", "bracket"})
 
 
+#: Keys from a request body's root down to a container in it, e.g. ``("messages", 3,
+#: "content", 0)``.
+Path = tuple[str | int, ...]
+
+
 @dataclass(slots=True)
 class Segment:
-    """One text to compress: ``owner[key]`` holds it; ``pinned``: [start, end) character
-    spans kept in place (the instruction and the question)."""
+    """One text to compress: ``owner[key]`` holds it, ``owner`` being found at ``path`` in
+    the body; ``pinned``: [start, end) character spans kept in place (the instruction and
+    the question)."""
 
     owner: Any
     key: Any
     text: str
     pinned: list[tuple[int, int]] = field(default_factory=list)
+    path: Path = ()
 
     def write(self, text: str) -> None:
+        """Write ``text`` in place, into the body planned (see :func:`rewritten` for a copy)."""
         self.owner[self.key] = text
+
+
+def rewritten(body: dict[str, Any], texts: list[tuple[Segment, str]]) -> dict[str, Any]:
+    """A copy of ``body`` with each segment's text replaced: the containers on the way to a
+    rewritten text are copied (shallow, once each), everything else is shared with ``body``,
+    which is left as it was."""
+    out = dict(body)
+    copies: dict[Path, Any] = {(): out}
+    for segment, text in texts:
+        node: Any = out
+        path = segment.path
+        for depth in range(len(path)):
+            at = path[:depth + 1]
+            child = copies.get(at)
+            if child is None:
+                child = node[path[depth]]
+                child = copies[at] = dict(child) if isinstance(child, dict) else list(child)
+                node[path[depth]] = child
+            node = child
+        node[segment.key] = text
+    return out
 
 
 @dataclass(slots=True)
@@ -80,29 +111,29 @@ def plan(api: str, body: dict[str, Any], system: bool = False) -> Plan:
 
 def _system(api: str, body: dict[str, Any]) -> list[Segment]:
     """The system prompt's texts after its last ``cache_control`` marker."""
-    texts: list[tuple[Any, str, bool]] = []
+    texts: list[tuple[Any, str, bool, Path]] = []
     if api == "anthropic":
         if isinstance(body.get("system"), str):
-            texts.append((body, "system", False))
+            texts.append((body, "system", False, ()))
         else:
-            texts += _text_blocks(body.get("system"))
+            texts += _text_blocks(body.get("system"), ("system",))
     else:
-        for message in body["messages"]:
+        for i, message in enumerate(body["messages"]):
             if _role(message) not in ("system", "developer"):
                 break
             if isinstance(message.get("content"), str):
-                texts.append((message, "content", "cache_control" in message))
+                texts.append((message, "content", "cache_control" in message, ("messages", i)))
             else:
-                texts += _text_blocks(message.get("content"))
-    marked = [n for n, (_, _, mark) in enumerate(texts) if mark]
+                texts += _text_blocks(message.get("content"), ("messages", i, "content"))
+    marked = [n for n, (_, _, mark, _) in enumerate(texts) if mark]
     free = texts[marked[-1] + 1:] if marked else texts
-    return [Segment(owner, key, owner[key]) for owner, key, _ in free]
+    return [Segment(owner, key, owner[key], path=path) for owner, key, _, path in free]
 
 
-def _text_blocks(blocks: Any) -> list[tuple[Any, str, bool]]:
+def _text_blocks(blocks: Any, path: Path) -> list[tuple[Any, str, bool, Path]]:
     if not isinstance(blocks, list):
         return []
-    return [(b, "text", "cache_control" in b) for b in blocks
+    return [(b, "text", "cache_control" in b, (*path, j)) for j, b in enumerate(blocks)
             if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
 
 
@@ -113,7 +144,8 @@ def _turn(messages: list[Any]) -> Plan:
             start = i + 1
     turn = messages[start:]
     # Everything up to the last cache_control marker stays as the client sent it.
-    blocks = [(i, part) for i, message in enumerate(turn) for part in _parts(message)]
+    blocks = [(i, part) for i, message in enumerate(turn)
+              for part in _parts(message, ("messages", start + i))]
     marked = [n for n, (_, part) in enumerate(blocks) if part[2]]
     first_free = marked[-1] + 1 if marked else 0
     last_user = max((i for i, m in enumerate(turn) if _role(m) == "user"), default=-1)
@@ -123,7 +155,7 @@ def _turn(messages: list[Any]) -> Plan:
     if not user_texts:  # the request is in an earlier turn: its last user text asks it
         question = _question_text(_last_user_text(messages[:start]))
     segments: list[Segment] = []
-    for n, (i, (owner, key, _, kind)) in enumerate(blocks):
+    for n, (i, (owner, key, _, kind, path)) in enumerate(blocks):
         if kind == "marker":
             continue
         text = owner[key]
@@ -132,10 +164,10 @@ def _turn(messages: list[Any]) -> Plan:
             pins, asked = _request_spans(text)
             question = asked
             if n >= first_free and pins is not None:
-                segments.append(Segment(owner, key, text, pins))
+                segments.append(Segment(owner, key, text, pins, path))
             continue
         if n >= first_free:
-            segments.append(Segment(owner, key, text))
+            segments.append(Segment(owner, key, text, path=path))
     return Plan(segments if question.strip() else [], question)
 
 
@@ -143,47 +175,50 @@ def _role(message: Any) -> str | None:
     return message.get("role") if isinstance(message, dict) else None
 
 
-def _parts(message: Any) -> Iterator[tuple[Any, Any, bool, str]]:
-    """(owner, key, has cache_control, kind) of each text in a message; kind is "text" for
-    the user's own text, "tool" for a tool result's."""
+def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str, Path]]:
+    """(owner, key, has cache_control, kind, the owner's path) of each text in a message
+    (found at ``path``); kind is "text" for the user's own text, "tool" for a tool
+    result's."""
     role = _role(message)
     if role not in ("user", "tool"):
         return
     kind = "tool" if role == "tool" else "text"
     content = message.get("content")
     if isinstance(content, str):
-        yield message, "content", "cache_control" in message, kind
+        yield message, "content", "cache_control" in message, kind, path
         return
     if not isinstance(content, list):
         return
-    for block in content:
+    for j, block in enumerate(content):
         if not isinstance(block, dict):
             continue
         marked = "cache_control" in block
+        at = (*path, "content", j)
         if block.get("type") == "text" and isinstance(block.get("text"), str):
-            yield block, "text", marked, kind
+            yield block, "text", marked, kind, at
         elif block.get("type") == "tool_result":
             inner = block.get("content")
             if isinstance(inner, str):
-                yield block, "content", marked, "tool"
+                yield block, "content", marked, "tool", at
             elif isinstance(inner, list):
-                texts = [b for b in inner if isinstance(b, dict) and b.get("type") == "text"
-                         and isinstance(b.get("text"), str)]
-                for j, b in enumerate(texts):
+                texts = [(k, b) for k, b in enumerate(inner) if isinstance(b, dict)
+                         and b.get("type") == "text" and isinstance(b.get("text"), str)]
+                for n, (k, b) in enumerate(texts):
                     # A marker on the result covers all of it.
-                    last = j == len(texts) - 1
-                    yield b, "text", "cache_control" in b or (marked and last), "tool"
-                if not texts and marked:
-                    yield block, "type", True, "marker"  # a marker with nothing to compress
+                    last = n == len(texts) - 1
+                    yield (b, "text", "cache_control" in b or (marked and last), "tool",
+                           (*at, "content", k))
+                if not texts and marked:  # a marker with nothing to compress
+                    yield block, "type", True, "marker", at
         elif marked:
-            yield block, "type", True, "marker"
+            yield block, "type", True, "marker", at
 
 
 def _last_user_text(messages: list[Any]) -> str:
     for message in reversed(messages):
         if _role(message) != "user":
             continue
-        texts = [owner[key] for owner, key, _, kind in _parts(message) if kind == "text"]
+        texts = [owner[key] for owner, key, _, kind, _ in _parts(message) if kind == "text"]
         if texts:
             return str(texts[-1])
     return ""

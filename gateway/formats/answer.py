@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from gateway import jsonio
+
 __all__ = ["Answer"]
 
 
@@ -38,7 +40,12 @@ class Answer:
     @classmethod
     def from_bytes(cls, stored: bytes) -> Answer:
         """Raises ValueError (orjson.JSONDecodeError) or KeyError for a broken entry."""
-        a = orjson.loads(stored)
+        return cls.from_stored(jsonio.loads(stored))
+
+    @classmethod
+    def from_stored(cls, a: Any) -> Answer:
+        """The answer of a stored entry already parsed (:meth:`to_bytes`'s fields). Raises
+        KeyError or TypeError for a broken one."""
         return cls(a["content"], a["finish_reason"], a["model"], a.get("tool_calls") or None,
                    a.get("prompt_tokens"), a.get("completion_tokens"))
 

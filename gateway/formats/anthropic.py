@@ -198,16 +198,13 @@ _CHUNK_CHARS = 64  # characters per text_delta when a stored answer is streamed
 _KEPT = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls"}  # finishes
 
 
-def answer_from_message(body: bytes, allow_tools: bool) -> Answer | None:
-    """The answer of a Messages response body if it may be kept, else None: not JSON, an
+def answer_from_message(obj: Any, allow_tools: bool) -> Answer | None:
+    """The answer of a Messages response (its body parsed) if it may be kept, else None:
+    not JSON (None), an
     error, not finished by ``end_turn``/``stop_sequence``/``tool_use``, a block other than
     ``text`` (without citations) or ``tool_use`` (thinking is never kept), or ``tool_use``
     when not ``allow_tools``. Text blocks are joined; ``tool_use`` blocks become OpenAI tool
     calls (``arguments``: ``input`` as JSON); usage is converted by :func:`usage_to_openai`."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
     if not isinstance(obj, dict) or obj.get("type") != "message":
         return None
     finish = _KEPT.get(str(obj.get("stop_reason")))

@@ -54,8 +54,8 @@ class ApiFormat:
     """One client-facing API. ``parse_request(raw, kind)``: the body checked at the door
     (raises InvalidRequest); ``error_status``/``error_body``/``error_event``: a
     GatewayError in this API's shape; ``observer(hide_usage_chunk)``: a stream observer;
-    ``answer_from_body(body, allow_tools)`` and ``collector()``: a cacheable Answer from a
-    complete or streamed reply; ``answer_body(answer, id)``/``answer_events(answer, body,
+    ``answer_of(parsed_body, allow_tools)`` and ``collector()``: a cacheable Answer from a
+    complete (already parsed) or streamed reply; ``answer_body(answer, id)``/``answer_events(answer, body,
     id)``: an Answer served (a cache hit); ``chat_view(body)``: the request as an
     OpenAI-chat-shaped dict (``messages`` with the system prompt first) for cache keys and
     router features; ``id_prefix``: of the ids of answers the gateway makes itself."""
@@ -66,7 +66,7 @@ class ApiFormat:
     error_body: Callable[[GatewayError], bytes]
     error_event: Callable[[GatewayError], bytes]
     observer: Callable[[bool], Observer]
-    answer_from_body: Callable[[bytes, bool], Answer | None]
+    answer_of: Callable[[Any, bool], Answer | None]
     collector: Callable[[], Collector]
     answer_body: Callable[[Answer, str], bytes]
     answer_events: Callable[[Answer, dict[str, Any], str], bytes]
@@ -94,7 +94,7 @@ OPENAI = ApiFormat(
     error_body=openai.error_body,
     error_event=openai.error_event,
     observer=StreamObserver,
-    answer_from_body=openai.answer_from_completion,
+    answer_of=openai.answer_from_completion,
     collector=openai.AnswerCollector,
     answer_body=openai.completion_body,
     answer_events=_openai_events,
@@ -109,7 +109,7 @@ ANTHROPIC = ApiFormat(
     error_body=anthropic.error_body,
     error_event=anthropic.error_event,
     observer=anthropic.StreamObserver,
-    answer_from_body=anthropic.answer_from_message,
+    answer_of=anthropic.answer_from_message,
     collector=anthropic.AnswerCollector,
     answer_body=anthropic.message_body,
     answer_events=lambda answer, body, id_: anthropic.message_events(answer, id_),

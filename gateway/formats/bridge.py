@@ -5,8 +5,9 @@ table of the two directions, each a :class:`Bridge` from a client API to an upst
     ("anthropic", "openai")   :class:`~gateway.formats.anthropic_to_openai.AnthropicToOpenAI`
 
 A direction gives the upstream path, the request body translated for the target model, and
-the answer translated back, whole (``response``, ``error``) or event by event (``stream``,
-driven by :class:`TranslatedStream`). Only the chat endpoints cross (``/v1/completions`` and
+the answer translated back, whole (``response``, ``error``: from the upstream's body as
+dispatch parsed it, to the client's as a dict for dispatch to serialise) or event by event
+(``stream``, driven by :class:`TranslatedStream`). Only the chat endpoints cross (``/v1/completions`` and
 ``/v1/embeddings`` have no Anthropic counterpart: 400). One translator per (client API,
 upstream API) pair, each with its own tests, as Envoy AI Gateway lays out its translators.
 Sources: https://platform.openai.com/docs/api-reference/chat,
@@ -40,13 +41,14 @@ class Bridge(Protocol):
         InvalidRequest (400) naming what the upstream's API cannot express."""
         ...
 
-    def response(self, body: bytes) -> bytes:
-        """A complete 200 response, in the client's format; raises UpstreamError (502) for
-        a body that is not one."""
+    def response(self, body: Any) -> dict[str, Any]:
+        """A complete 200 response (its body parsed; None when it is not JSON), in the
+        client's format; raises UpstreamError (502) for a body that is not one."""
         ...
 
-    def error(self, status: int, body: bytes) -> tuple[int, bytes]:
-        """An error response (status, body) in the client's format."""
+    def error(self, status: int, body: Any) -> tuple[int, dict[str, Any]]:
+        """An error response (status, its body parsed or None) as (status, error) in the
+        client's format."""
         ...
 
     def stream(self) -> Translator:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway import jsonio
 from gateway.errors import InvalidJSON, InvalidRequest
 
 __all__ = ["invalid_type", "invalid_value", "load_request", "message_list", "missing",
@@ -39,8 +40,8 @@ def load_request(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object with a non-empty string ``model``; raises InvalidJSON or
     InvalidRequest."""
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        data = jsonio.loads(raw)  # the request's one parse
+    except jsonio.JSONDecodeError as exc:
         raise InvalidJSON(f"request body is not valid JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")

@@ -5,7 +5,7 @@
   pass through untouched, so new API fields work on day one). Errors follow the OpenAI
   shape: ``invalid_request_error`` with ``param`` naming the field.
 - :func:`answer_from_completion` / :class:`AnswerCollector`: the format-neutral
-  :class:`~gateway.formats.answer.Answer` of a ``chat.completion`` body or chunk stream.
+  :class:`~gateway.formats.answer.Answer` of a ``chat.completion`` (parsed) or chunk stream.
 - :func:`completion_body` / :func:`completion_events`: an answer rendered as a
   ``chat.completion`` JSON body or as a chunk stream (role chunk, content chunks, finish
   chunk, usage chunk when asked, ``[DONE]``) that the openai SDK parses like any other.
@@ -99,13 +99,9 @@ def _check_messages(messages: Any) -> None:
 _CHUNK_CHARS = 64  # characters per content chunk when a stored answer is streamed
 
 
-def answer_from_completion(body: bytes, allow_tools: bool) -> Answer | None:
-    """The answer of a ``chat.completion`` body if it may be kept, else None (an error, an
-    incomplete answer, several choices, tool calls not allowed...)."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+def answer_from_completion(obj: Any, allow_tools: bool) -> Answer | None:
+    """The answer of a ``chat.completion`` (its body parsed) if it may be kept, else None
+    (not JSON, an error, an incomplete answer, several choices, tool calls not allowed...)."""
     if not isinstance(obj, dict) or "error" in obj:
         return None
     choices = obj.get("choices")

@@ -4,7 +4,7 @@
 :class:`Shaping` first reads the client's system prompt once, whatever its API: its lines'
 fingerprints are compared with the family's recent requests
 (:meth:`~gateway.prompt_cache.memory.PromptMemory.changed_lines`: the key and the requested
-model) for lines seen to change. Then, called by dispatch for each attempt with the body in
+model) for lines seen to change. Then, called by dispatch once per target with the body in
 the upstream's format (after any translation), it applies what the policy enables, in this
 order:
 
@@ -66,7 +66,7 @@ class Settings:
 
 
 class Shaping:
-    """One request's shaping: built by the stage, called by dispatch per attempt as
+    """One request's shaping: built by the stage, called by dispatch once per target as
     ``shaping(body, upstream_api) -> body``."""
 
     __slots__ = ("_changed", "_cuts", "_key", "_memory", "_placed", "_record", "_settings")

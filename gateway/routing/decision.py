@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import structlog
@@ -21,7 +20,7 @@ import structlog
 from gateway.embedding import Embed, EmbeddingMemo
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.difficulty import Router, artifact_path
-from gateway.routing.features import last_user_text, text_features, user_turns
+from gateway.routing.features import text_features
 
 __all__ = ["RouteDecision", "Routers"]
 
@@ -105,17 +104,17 @@ class Routers:
         return value
 
     async def decide(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
-                     data: dict[str, Any], embeddings: EmbeddingMemo) -> RouteDecision:
-        """Route one request. ``embeddings``: the request's memo; the last user message's
-        embedding is taken from it (or awaited, when the cache is computing it), else
-        computed and put there (one embedding per request). Never raises for embedding
+                     text: str, depth: int, embeddings: EmbeddingMemo) -> RouteDecision:
+        """Route one request: ``text``, its last user message's text
+        (:func:`gateway.formats.chat_text.last_user_text`); ``depth``, its user turns
+        (:func:`gateway.routing.features.user_turns`). ``embeddings``: the request's memo;
+        the text's embedding is taken from it (or awaited, when the cache is computing it),
+        else computed and put there (one embedding per request). Never raises for embedding
         trouble (strong tier instead)."""
-        messages = data.get("messages")
-        text = last_user_text(messages)
         vector = await embeddings.compute(text, self._embed)
         threshold = self.threshold(policy)
         score = None if vector is None else self.router(policy.artifact).score(
-            vector, text_features(text, user_turns(messages)))
+            vector, text_features(text, depth))
         tier = policy.strong if score is None or score >= threshold else policy.weak
         order = [tier]
         if policy.fallback:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FEATURE_NAMES", "last_user_text", "text_features", "user_turns"]
+__all__ = ["FEATURE_NAMES", "text_features", "user_turns"]
 
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 _DECIMAL = re.compile(r"\d\.\d")
@@ -42,22 +42,6 @@ FEATURE_NAMES = (
     "fractions", "money", "math_symbols", "code_cues", "step_cues", "constraint_cues",
     "choices", "sentences", "questions", "log_depth",
 )
-
-
-def last_user_text(messages: Any) -> str:
-    """The text of the last user message (text parts joined), or ""."""
-    if not isinstance(messages, list):
-        return ""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return "\n".join(str(p.get("text", "")) for p in content
-                                 if isinstance(p, dict) and p.get("type") == "text")
-            return ""
-    return ""
 
 
 def user_turns(messages: Any) -> int:

@@ -136,13 +136,15 @@ class AdmissionStage:
                         return await self._admit(ctx, call_next)
                     except Shed as exc:
                         shed = exc
-            if action == "reroute" and self._can_reroute(ctx, policy.reroute_model):
+            reroute = self.models.routes.get(policy.reroute_model or "") \
+                if action == "reroute" else None
+            if reroute is not None and reroute is not ctx.route:
                 assert policy.reroute_model is not None
                 label = f"rerouted:{shed.reason}"
                 header = (b"x-gateway-degraded", label.encode())
                 rec.shed = label
                 ctx.response_headers.append(header)
-                ctx.target = policy.reroute_model
+                ctx.target, ctx.route = policy.reroute_model, reroute
                 ctx.lossy = True  # another model's answer: not cached as this one's
                 try:
                     return await self._admit(ctx, call_next)
@@ -151,8 +153,3 @@ class AdmissionStage:
                     ctx.response_headers.remove(header)
         rec.shed = shed.reason
         raise shed.overloaded(policy.min_retry_after_s)
-
-    def _can_reroute(self, ctx: RequestContext, model: str | None) -> bool:
-        routes = self.models.routes
-        reroute = routes.get(model or "")
-        return reroute is not None and reroute is not routes.get(ctx.target)

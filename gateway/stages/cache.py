@@ -41,8 +41,9 @@ import uuid
 from collections.abc import Mapping
 
 from gateway.cache.cache import CacheStats, Lookup, ResponseCache
-from gateway.context import Next, Outcome, Reply, RequestContext
+from gateway.context import Headers, Next, Outcome, Reply, RequestContext
 from gateway.formats.answer import Answer
+from gateway.formats.usage import Usage
 from gateway.policy import CachePolicy
 from gateway.upstreams.base import Upstream
 
@@ -91,80 +92,92 @@ class CacheStage:
                      policy: CachePolicy, pending: asyncio.Task[None] | None = None) -> Reply:
         """The lookup's answer is known: serve the hit, or go on and store what comes back
         (once ``pending``, the lookup's embedding for the store, is done)."""
-        rec = ctx.record
-        lookup.write(rec)
+        lookup.write(ctx.record)
         if lookup.hit is not None:
             reply = self._serve(ctx, lookup)
             if reply is not None:
                 return reply
         self.cache.stats.count(lookup.result, lookup.layer or "")
-        ctx.response_headers.append((b"x-cache", lookup.result.encode()))
-        if lookup.candidates:
+        if not lookup.candidates:  # nothing to serve instead later: the header now
+            ctx.response_headers.append((b"x-cache", lookup.result.encode()))
+            reply = await call_next(ctx)
+        else:
+            header = _XCache(ctx.response_headers, lookup.result.encode())
+
             async def relaxed(label: str) -> Reply | None:
-                return self._relaxed(ctx, lookup, policy, label)
+                return self._relaxed(ctx, lookup, policy, label, header)
             ctx.degraded_answer = relaxed
-        reply = await call_next(ctx)
+            try:
+                reply = await call_next(ctx)
+            finally:
+                header.add()
         self._store_when_delivered(ctx, reply, lookup, policy, pending)
         return reply
 
     async def _race(self, ctx: RequestContext, call_next: Next, lookup: Lookup,
                     policy: CachePolicy, semantic: asyncio.Task[None]) -> Reply:
         """The lookup is past its budget: the rest of the pipeline runs alongside it."""
-        rec, stats = ctx.record, self.cache.stats
+        stats = self.cache.stats
         stats.over_budget += 1
-        ctx.response_headers.append((b"x-cache", b"miss"))
+        header = _XCache(ctx.response_headers, b"miss")
 
         async def relaxed(label: str) -> Reply | None:  # admission bounds the wait
             await asyncio.wait((semantic,))
-            return self._relaxed(ctx, lookup, policy, label) if lookup.candidates else None
+            if not lookup.candidates:
+                return None
+            return self._relaxed(ctx, lookup, policy, label, header)
         ctx.degraded_answer = relaxed
         upstream = asyncio.ensure_future(call_next(ctx))
         handled = False
         try:
-            await asyncio.wait((semantic, upstream), return_when=asyncio.FIRST_COMPLETED)
-            if not upstream.done():  # the lookup's answer came first
-                handled = True
-                late = self._late(ctx, lookup)
-                if late is not None:
-                    await _cancel(upstream)
-                    if rec.upstream_started is not None:
-                        rec.upstream_ended = time.perf_counter()
-                    return late
-            reply = await upstream
-        except BaseException:  # the client left, or the pipeline failed
-            await _cancel(upstream)
-            raise
+            try:
+                await asyncio.wait((semantic, upstream), return_when=asyncio.FIRST_COMPLETED)
+                if not upstream.done():  # the lookup's answer came first
+                    handled = True
+                    late = self._late(ctx, lookup, header)
+                    if late is not None:
+                        await _cancel(upstream)
+                        if ctx.upstream_started is not None:
+                            ctx.upstream_ended = time.perf_counter()
+                        return late
+                reply = await upstream
+            except BaseException:  # the client left, or the pipeline failed
+                await _cancel(upstream)
+                raise
+        finally:
+            header.add()
         if not handled:  # the upstream's answer came first (or with the lookup's)
-            rec.cache, rec.cache_layer = "miss", None
+            ctx.record.cache, ctx.record.cache_layer = "miss", None
             stats.count("miss")
             semantic.add_done_callback(lambda _: _count_too_late(lookup, stats))
             reply.on_close(lambda _: _after_the_answer(ctx, lookup, semantic))
         self._store_when_delivered(ctx, reply, lookup, policy, semantic)
         return reply
 
-    def _late(self, ctx: RequestContext, lookup: Lookup) -> Reply | None:
+    def _late(self, ctx: RequestContext, lookup: Lookup, header: _XCache) -> Reply | None:
         """The lookup ended while the upstream call is under way: the hit's reply, when it
-        is one that may replace the call; else None (the log line says why)."""
+        is one that may replace the call; else None (the log line says why, and so will
+        ``x-cache``)."""
         rec, stats = ctx.record, self.cache.stats
         lookup.write(rec)
-        headers = ctx.response_headers
-        headers[:] = [h for h in headers if h[0] != b"x-cache"]
         if lookup.hit is None:
             stats.count(lookup.result, lookup.layer or "")
-            headers.append((b"x-cache", lookup.result.encode()))
+            header.set(lookup.result.encode())
             return None
-        upstream = self.upstreams.get(rec.upstream) if rec.upstream is not None else None
-        if rec.upstream is not None and not (upstream and upstream.cancel_on_late_hit):
+        sent_to = ctx.upstream
+        upstream = self.upstreams.get(sent_to) if sent_to is not None else None
+        if sent_to is not None and not (upstream and upstream.cancel_on_late_hit):
             rec.cache, rec.cache_layer, rec.late_hit = "miss", None, "ignored"
             stats.count("miss")
             stats.late("ignored")
-            headers.append((b"x-cache", b"miss"))
+            header.set(b"miss")
             return None  # the entry stays the lookup's hit: the answer is not stored again
         reply = self._serve(ctx, lookup)
         if reply is None:
-            headers.append((b"x-cache", b"miss"))
+            header.set(b"miss")
             stats.count("miss")
             return None
+        header.set(None)  # the hit's reply says it
         rec.late_hit = "served"
         stats.late("served")
         return reply
@@ -173,7 +186,8 @@ class CacheStage:
         """The hit's reply, counted; None (now a miss) for an entry this API cannot render
         (a tool call's arguments that are not a JSON object)."""
         try:
-            reply = _hit(ctx, lookup)
+            reply = _hit(ctx, lookup, lookup.similarity if lookup.layer == "semantic"
+                         else None)
         except ValueError:
             lookup.hit, lookup.result, lookup.layer = None, "miss", None
             ctx.record.cache, ctx.record.cache_layer = "miss", None
@@ -182,25 +196,26 @@ class CacheStage:
         return reply
 
     def _relaxed(self, ctx: RequestContext, lookup: Lookup, policy: CachePolicy,
-                 label: str) -> Reply | None:
+                 label: str, header: _XCache) -> Reply | None:
         """A candidate at the relaxed operating point, served as a labelled hit, or None."""
         lookup.hit = ResponseCache.choose(lookup, policy.relaxed)
         if lookup.hit is None:
             return None
         ctx.record.cache, ctx.record.cache_layer = "hit", "semantic"
-        ctx.response_headers[:] = [h for h in ctx.response_headers if h[0] != b"x-cache"]
+        header.set(None)  # the hit's reply says it
         ctx.response_headers.append((b"x-gateway-degraded", label.encode()))
-        return _hit(ctx, lookup)
+        # The similarity as the log line has it: none yet when the lookup outran its budget.
+        return _hit(ctx, lookup, lookup.similarity if lookup.written else None)
 
     def _store_when_delivered(self, ctx: RequestContext, reply: Reply, lookup: Lookup,
                               policy: CachePolicy, pending: asyncio.Task[None] | None) -> None:
         if not lookup.store or lookup.hit is not None or reply.status != 200 or ctx.lossy:
             return
-        cache, rec, api = self.cache, ctx.record, ctx.api
+        cache, api = self.cache, ctx.api
         if reply.stream is None:
             def store_body(outcome: Outcome) -> None:
-                if outcome.delivered:
-                    answer = api.answer_from_body(reply.body, policy.cache_tool_calls)
+                if outcome.delivered:  # the answer as dispatch parsed it
+                    answer = api.answer_of(reply.json, policy.cache_tool_calls)
                     cache.store_later(lookup, answer, policy, pending)
             reply.on_close(store_body)
             return
@@ -209,11 +224,34 @@ class CacheStage:
 
         def store_stream(outcome: Outcome) -> None:
             if outcome.delivered:
-                usage = {"prompt_tokens": rec.prompt_tokens,
-                         "completion_tokens": rec.completion_tokens}
-                cache.store_later(lookup, collector.answer(rec.finish_reason, usage), policy,
+                usage = ctx.usage
+                counts = {"prompt_tokens": usage.prompt_tokens if usage else None,
+                          "completion_tokens": usage.completion_tokens if usage else None}
+                cache.store_later(lookup, collector.answer(ctx.finish_reason, counts), policy,
                                   pending)
         reply.on_close(store_stream)
+
+
+class _XCache:
+    """The request's ``x-cache`` header (``hit``, ``miss``, ``bypass``), added to the
+    response headers once, when the stage's part of the request is over, at the place it
+    had when its value became known; none when a hit is served (its reply says it)."""
+
+    __slots__ = ("at", "headers", "value")
+
+    def __init__(self, headers: Headers, value: bytes) -> None:
+        self.headers = headers
+        self.at = len(headers)
+        self.value: bytes | None = value
+
+    def set(self, value: bytes | None) -> None:
+        """The value is known now (None: no header)."""
+        self.at, self.value = len(self.headers), value
+
+    def add(self) -> None:
+        if self.value is not None:
+            self.headers.insert(self.at, (b"x-cache", self.value))
+            self.value = None
 
 
 async def _cancel(task: asyncio.Future[Reply]) -> None:
@@ -242,16 +280,17 @@ def _after_the_answer(ctx: RequestContext, lookup: Lookup, semantic: asyncio.Tas
         rec.late_hit = "too_late"
 
 
-def _hit(ctx: RequestContext, lookup: Lookup) -> Reply:
-    """Serve the hit in the caller's format, as a stream when the client streams."""
+def _hit(ctx: RequestContext, lookup: Lookup, similarity: float | None) -> Reply:
+    """Serve the hit in the caller's format, as a stream when the client streams, with
+    ``x-cache-similarity`` when ``similarity`` is given. Raises ValueError for an entry this
+    API cannot render."""
     assert lookup.hit is not None
-    rec = ctx.record
-    answer = Answer.from_bytes(lookup.hit.answer)
+    answer = Answer.from_stored(lookup.stored(lookup.hit))
     headers = [(b"x-cache", b"hit")]
-    if rec.similarity is not None and rec.cache_layer == "semantic":
-        headers.append((b"x-cache-similarity", f"{rec.similarity:.4f}".encode()))
-    rec.model_served, rec.finish_reason = answer.model, answer.finish_reason
-    rec.prompt_tokens, rec.completion_tokens = answer.prompt_tokens, answer.completion_tokens
+    if similarity is not None:
+        headers.append((b"x-cache-similarity", f"{similarity:.4f}".encode()))
+    ctx.model_served, ctx.finish_reason = answer.model, answer.finish_reason
+    ctx.usage = Usage(answer.prompt_tokens, answer.completion_tokens)
     api = ctx.api
     id_ = api.id_prefix + uuid.uuid4().hex
     if ctx.stream:

@@ -39,15 +39,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import orjson
 import structlog
 
+from gateway import jsonio
 from gateway.compression import compress
 from gateway.compression.fine import Score
 from gateway.compression.gate import CompressorRate, decide
-from gateway.compression.messages import plan
+from gateway.compression.messages import plan, rewritten
 from gateway.compression.policy import CompressionPolicy
 from gateway.compression.scoring import engine_scorer
 from gateway.compression.state import CompressionState
@@ -56,7 +56,7 @@ from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from gateway.models import ModelTable
+    from gateway.models import ModelRoute
     from gateway.upstreams.base import Upstream
 
 __all__ = ["HEADER", "CompressStage", "build", "requested_ratio"]
@@ -66,13 +66,13 @@ HEADER = b"x-gateway-compress"
 log = structlog.get_logger("gateway.compression")
 
 
-def build(policy: CompressionPolicy, state: CompressionState, models: ModelTable,
+def build(policy: CompressionPolicy, state: CompressionState,
           upstreams: Mapping[str, Upstream]) -> CompressStage | None:
     """None when the policy turns compression off."""
     if not policy.enabled:
         return None
     state.warm()
-    return CompressStage(state, models, upstreams)
+    return CompressStage(state, upstreams)
 
 
 def requested_ratio(headers: list[tuple[bytes, bytes]]) -> tuple[bool, float | None]:
@@ -97,35 +97,39 @@ def requested_ratio(headers: list[tuple[bytes, bytes]]) -> tuple[bool, float | N
 
 
 class CompressStage:
-    def __init__(self, state: CompressionState, models: ModelTable,
-                 upstreams: Mapping[str, Upstream]) -> None:
+    def __init__(self, state: CompressionState, upstreams: Mapping[str, Upstream]) -> None:
         self.state = state
-        self.models = models
         self.upstreams = upstreams
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         if ctx.kind != "chat":
             return await call_next(ctx)
-        policy, rec = ctx.policy.compression, ctx.record
+        policy = ctx.policy.compression
         asked, ratio = requested_ratio(ctx.headers)
         body, raw = ctx.body, ctx.raw
-        route = self.models.routes.get(ctx.target)
+        route = ctx.route
         first = route.targets[0] if route is not None and route.targets else None
         model = ctx.target
+        # This request's last compression: its achieved ratio and the compressor's time (ms).
+        achieved: float | None = None
+        took: float | None = None
         if asked and ratio is None:
-            rec.compress_skip = "client_off"
+            ctx.record.compress_skip = "client_off"
         else:
-            await self._compress(ctx, policy, ratio or policy.target_ratio, asked)
+            achieved, took = await self._compress(ctx, policy, ratio or policy.target_ratio,
+                                                  asked)
 
         async def harder(label: str) -> bool:
             """The degraded ``compress`` action: the client's request again, cut at
             ``degraded_ratio``; True when it came out smaller than what was tried."""
-            if (asked and ratio is None) or policy.degraded_ratio <= (
-                    rec.compression or 1.0):
+            nonlocal achieved, took
+            if (asked and ratio is None) or policy.degraded_ratio <= (achieved or 1.0):
                 return False
             tried = ctx.raw
             ctx.body, ctx.raw = body, raw
-            await self._compress(ctx, policy, policy.degraded_ratio, True, degraded=True)
+            achieved, ms = await self._compress(ctx, policy, policy.degraded_ratio, True,
+                                                degraded=True)
+            took = ms if ms is not None else took
             if len(ctx.raw) >= len(tried):
                 return False
             ctx.response_headers.append((b"x-gateway-degraded", label.encode()))
@@ -140,31 +144,34 @@ class CompressStage:
             prefill = self.state.prefill(model)
 
             def learn(outcome: Outcome) -> None:
-                if (outcome.delivered and rec.upstream == first.upstream and rec.ttft_ms
-                        and rec.prompt_tokens):
-                    prefill.observe(rec.prompt_tokens,
-                                    rec.ttft_ms - rec.queue_ms - (rec.compress_ms or 0.0))
+                usage = ctx.usage
+                prompt = usage.prompt_tokens if usage is not None else None
+                if (outcome.delivered and ctx.upstream == first.upstream and ctx.ttft_ms
+                        and prompt):
+                    prefill.observe(prompt, ctx.ttft_ms - ctx.queue_ms - (took or 0.0))
             reply.on_close(learn)
         return reply
 
     async def _compress(self, ctx: RequestContext, policy: CompressionPolicy, ratio: float,
-                        forced: bool, degraded: bool = False) -> None:
-        """Compress ``ctx``'s body in place (a new body and raw bytes) when it pays; the
-        record says what happened."""
+                        forced: bool, degraded: bool = False
+                        ) -> tuple[float | None, float | None]:
+        """Compress ``ctx``'s body when it pays (a new body and raw bytes; the client's are
+        left as they are); the record says what happened. Returns the achieved ratio (None:
+        not compressed) and the compressor's time in ms (None: it did not run)."""
         rec = ctx.record
         rec.compress_skip = rec.compression = rec.compress_fine = None
         if not forced and len(ctx.raw) < policy.min_tokens * 4:  # bytes: cannot be long
             rec.compress_skip = "short"
-            return
+            return None, None
         t0 = time.perf_counter()
-        found = plan(ctx.api.name, ctx.body, policy.system)
+        found = plan(ctx.api.name, ctx.body, policy.system)  # planned once
         size = sum(estimate(s.text) for s in found.segments)
         if not found.segments:
             rec.compress_skip = "nothing_to_compress"
-            return
+            return None, None
         if not forced and size < policy.min_tokens:
             rec.compress_skip = "short"
-            return
+            return None, None
         score = None
         if policy.token_level:
             score, rec.compress_fine = (None, "degraded") if degraded else self._scorer(ctx)
@@ -183,12 +190,11 @@ class CompressStage:
                 rec.compress_fine = "not_worth_it" if decision.compress else None
             if not decision.compress:
                 rec.compress_skip = decision.skip
-                return
-        count = self._counter(ctx.target)
-        body: dict[str, Any] = orjson.loads(orjson.dumps(ctx.body))  # a copy to write into
-        found = plan(ctx.api.name, body, policy.system)
+                return None, None
+        count = self._counter(ctx.route)
         before = after = 0
         fine: list[str] = []
+        texts = []
         try:
             for segment in found.segments:
                 result = await compress(segment.text, found.question, ratio, self.state.embed,
@@ -196,13 +202,13 @@ class CompressStage:
                                         score=score)
                 before += result.tokens_before
                 after += result.tokens_after
-                segment.write(result.text)
+                texts.append((segment, result.text))
                 fine += [result.fine] if result.fine else []
         except Exception as exc:  # noqa: BLE001 - a compressor bug must not fail the request
-            log.warning("compression_failed", request_id=rec.request_id,
+            log.warning("compression_failed", request_id=ctx.request_id,
                         error=type(exc).__name__)
             rec.compress_skip = "error"
-            return
+            return None, None
         ms = (time.perf_counter() - t0) * 1000
         if fine:  # "applied" wins over the segments' other outcomes
             rec.compress_fine = "applied" if "applied" in fine else fine[0]
@@ -210,16 +216,18 @@ class CompressStage:
         # a run that never called the scorer teaches the coarse rate, not the fine one
         (compressor if scored else self._rate(policy, False)).observe(size, ms)
         rec.tokens_before, rec.tokens_after = before, after
-        rec.compress_ms = round(ms, 3)
+        took = rec.compress_ms = round(ms, 3)
         if after >= before:
             rec.compress_skip = "no_gain"
-            return
-        rec.compression = round(before / max(after, 1), 3)
-        ctx.body, ctx.raw = body, orjson.dumps(body)
+            return None, took
+        achieved = rec.compression = round(before / max(after, 1), 3)
+        body = rewritten(ctx.body, texts)  # the client's body stays as it came
+        ctx.body, ctx.raw = body, jsonio.dumps(body)
         ctx.lossy = True  # not the answer to the client's whole context: never cached as such
         ctx.response_headers[:] = [h for h in ctx.response_headers
                                    if h[0] != b"x-gateway-compression"]
-        ctx.response_headers.append((b"x-gateway-compression", f"{rec.compression:.2f}".encode()))
+        ctx.response_headers.append((b"x-gateway-compression", f"{achieved:.2f}".encode()))
+        return achieved, took
 
     def _rate(self, policy: CompressionPolicy, fine: bool) -> CompressorRate:
         prior = (policy.token_level_ms_per_1k_tokens if fine
@@ -229,7 +237,7 @@ class CompressStage:
     def _scorer(self, ctx: RequestContext) -> tuple[Score | None, str | None]:
         """The fine pass's scoring call on a ready local engine: the route's first target
         when it is one, else the first configured; (None, "no_engine") without one."""
-        route = self.models.routes.get(ctx.target)
+        route = ctx.route
         first = [route.targets[0].upstream] if route is not None and route.targets else []
         for name in [*first, *self.upstreams]:
             upstream = self.upstreams.get(name)
@@ -238,8 +246,8 @@ class CompressStage:
                 return engine_scorer(upstream, engine.model), None
         return None, "no_engine"
 
-    def _counter(self, model: str) -> CountTokens:
-        route = self.models.routes.get(model)
+    def _counter(self, route: ModelRoute | None) -> CountTokens:
+        """Tokens in the tokenizer of the route's first target's upstream."""
         if route is None or not route.targets:
             return estimate
         name = route.targets[0].upstream

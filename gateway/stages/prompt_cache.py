@@ -3,7 +3,7 @@ often, and means the same.
 
 Chat requests only, from either API. The stage reads the request once (which of its
 system prompt's lines changed since the same key's recent requests for the same model) and
-sets ``ctx.shape_body``: dispatch calls it for each attempt with the body in the upstream's
+sets ``ctx.shape_body``: dispatch calls it once per target with the body in the upstream's
 format, after any translation, and sends what it returns. What it may change, as the
 policy's ``[prompt_cache]`` enables it, and nothing else (README's "What each stage may
 change"): tools in a stable order with sorted keys, at most 3 volatile lines of the system

@@ -228,13 +228,12 @@ class RateLimitStage:
     def _closer(self, ctx: RequestContext, reply: Reply, plan: _Plan,
                 verdict: Verdict) -> Callable[[Outcome], None]:
         def settle(outcome: Outcome) -> None:
-            rec = ctx.record
-            if rec.upstream is None:  # nothing reached an upstream (a cache hit)
+            if ctx.upstream is None:  # nothing reached an upstream (a cache hit)
                 used: int | None = 0
-            elif rec.prompt_tokens is not None or rec.completion_tokens is not None:
-                used = (rec.prompt_tokens or 0) + (rec.completion_tokens or 0)
-            else:  # spent, but how much is unknown: the reservation stands
-                used = None if reply.status == 200 else 0
+            else:
+                used = ctx.usage.spent if ctx.usage is not None else None
+                if used is None:  # spent, but how much is unknown: the reservation stands
+                    used = None if reply.status == 200 else 0
             if used is not None:
                 self._settle(plan, verdict, used)
         return settle

@@ -1,7 +1,8 @@
 """Stage ``route``: a request for a router alias (``model = "auto"``) gets a tier, and the
 other tier when the chosen one fails or sheds.
 
-The router scores the last user message (:mod:`gateway.routing`) and names the tier; the
+The router scores the last user message (``ctx.last_user_text``, its embedding shared with
+the cache through the request's memo; :mod:`gateway.routing`) and names the tier; the
 request is served by the tier's models in order, then, with ``fallback``, by the other
 tier's. A model is abandoned for the next while nothing has reached the client: a 5xx, a
 429, an unreachable upstream, a prompt too long for its context (``context_length_exceeded``)
@@ -14,30 +15,33 @@ from __future__ import annotations
 
 import time
 
-import orjson
 import structlog
 
 from gateway.concurrency import Shed
 from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import NoUpstreamAvailable, Overloaded, UpstreamError, UpstreamTimeout
+from gateway.models import ModelTable
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.decision import RouteDecision, Routers
+from gateway.routing.features import user_turns
 
 __all__ = ["RouteStage", "build", "failed_status"]
 
 log = structlog.get_logger("gateway.routing")
 
 
-def build(routing: RoutingPolicy, routers: Routers) -> RouteStage | None:
-    """None when the policy has no router (nothing to route)."""
+def build(routing: RoutingPolicy, routers: Routers, models: ModelTable) -> RouteStage | None:
+    """None when the policy has no router (nothing to route). ``models``: to resolve each
+    tier's models (``ctx.route``)."""
     if not routing.enabled or not routing.routers:
         return None
-    return RouteStage(routers, routing)
+    return RouteStage(routers, routing, models)
 
 
 class RouteStage:
-    def __init__(self, routers: Routers, routing: RoutingPolicy) -> None:
+    def __init__(self, routers: Routers, routing: RoutingPolicy, models: ModelTable) -> None:
         self.routers = routers
+        self.routes = models.routes
         #: The router aliases clients may send as ``model``.
         self.aliases = frozenset(routing.routers) if routing.enabled else frozenset()
 
@@ -47,12 +51,13 @@ class RouteStage:
         if routed is None:
             return await call_next(ctx)
         decision = await self._decide(ctx, *routed)
-        rec, last = ctx.record, len(decision.chain) - 1
+        last, fallback = len(decision.chain) - 1, None
         for i, (tier, model) in enumerate(decision.chain):
-            if tier != decision.tier and rec.route_fallback != tier:
-                rec.route_fallback = tier
+            if tier != decision.tier and fallback != tier:
+                fallback = ctx.record.route_fallback = tier
                 ctx.response_headers.append((b"x-route-fallback", tier.encode()))
-            ctx.target, ctx.fallbacks_left = model, last - i
+            ctx.target, ctx.route = model, self.routes.get(model)
+            ctx.fallbacks_left = last - i
             try:
                 reply = await call_next(ctx)
             except (Shed, Overloaded) as exc:
@@ -68,7 +73,7 @@ class RouteStage:
                     return reply
                 reply.close(Outcome(False))
                 reason = f"status {reply.status}"
-            log.info("route_fallback", request_id=rec.request_id, tier=tier, model=model,
+            log.info("route_fallback", request_id=ctx.request_id, tier=tier, model=model,
                      reason=reason)
         raise NoUpstreamAvailable("no model of the routed tiers is available")
 
@@ -77,7 +82,8 @@ class RouteStage:
         """Choose the tier; the decision goes into the log line and the response headers."""
         started = time.perf_counter()
         decision = await self.routers.decide(name, router, ctx.policy.routing.tiers,
-                                             ctx.api.chat_view(ctx.body),
+                                             ctx.last_user_text,
+                                             user_turns(ctx.chat.get("messages")),
                                              ctx.memo.embeddings)
         rec = ctx.record
         rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -99,9 +105,7 @@ def failed_status(reply: Reply) -> bool:
     if reply.status == 400 and b"prompt is too long" in reply.body:
         return True
     if reply.status == 400 and b"context_length_exceeded" in reply.body:
-        try:
-            error = orjson.loads(reply.body).get("error")
-        except (orjson.JSONDecodeError, AttributeError):
-            return False
+        body = reply.json  # parsed by dispatch
+        error = body.get("error") if isinstance(body, dict) else None
         return isinstance(error, dict) and error.get("code") == "context_length_exceeded"
     return False

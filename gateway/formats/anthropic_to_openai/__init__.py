@@ -4,8 +4,8 @@ back, whole or streamed, returns as Anthropic's. Pure, no I/O.
 
     request   openai_request(body, model) -> the Chat Completions request
               (:mod:`.request`: what maps to what, what is dropped, what is a 400)
-    answer    anthropic_response(body, model=None) -> the Messages response body (bytes)
-    error     anthropic_error(status, body) -> (status, the Anthropic error body)
+    answer    anthropic_response(completion, model=None) -> the Messages response (dict)
+    error     anthropic_error(status, error) -> (status, the Anthropic error object)
               (both :mod:`.answer`, with usage_from_openai)
     stream    AnthropicStreamFromOpenAI: chat.completion.chunk events -> Messages events
               (:mod:`.stream`)
@@ -48,13 +48,13 @@ class AnthropicToOpenAI:
         Raises InvalidRequest (400)."""
         return openai_request(body, model)
 
-    def response(self, body: bytes) -> bytes:
-        """:func:`anthropic_response` of a 200 ``chat.completion`` body; raises
+    def response(self, body: Any) -> dict[str, Any]:
+        """:func:`anthropic_response` of a 200 ``chat.completion`` (parsed); raises
         UpstreamError (502)."""
         return anthropic_response(body)
 
-    def error(self, status: int, body: bytes) -> tuple[int, bytes]:
-        """:func:`anthropic_error`: ``(status, body)``, 503 becoming 529."""
+    def error(self, status: int, body: Any) -> tuple[int, dict[str, Any]]:
+        """:func:`anthropic_error`: ``(status, error)``, 503 becoming 529."""
         return anthropic_error(status, body)
 
     def stream(self) -> AnthropicStreamFromOpenAI:

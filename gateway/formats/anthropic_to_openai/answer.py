@@ -1,9 +1,12 @@
 """An Anthropic client calling an OpenAI-compatible upstream: the upstream's complete answer
 becomes a Messages response body, its error an Anthropic error. Pure, no I/O.
 
-    anthropic_response(body, model=None) -> the Messages response body (bytes)
-    anthropic_error(status, body)        -> (status, the Anthropic error body)
-    usage_from_openai(usage)             -> Anthropic usage (also for the stream)
+    anthropic_response(completion, model=None) -> the Messages response (a dict)
+    anthropic_error(status, error)             -> (status, the Anthropic error object)
+    usage_from_openai(usage)                   -> Anthropic usage (also for the stream)
+
+The first two take the upstream's body already parsed (dispatch parses it once, and
+serialises what they return).
 
 Stop reasons and error types by status are mapped by :mod:`gateway.formats.anthropic`.
 Sources: https://docs.anthropic.com/en/api/messages, https://docs.anthropic.com/en/api/errors,
@@ -36,8 +39,8 @@ def usage_from_openai(usage: dict[str, Any]) -> dict[str, Any]:
             "cache_read_input_tokens": read}
 
 
-def anthropic_response(body: bytes, model: str | None = None) -> bytes:
-    """The Messages response body (bytes) for an OpenAI ``chat.completion`` body (HTTP 200).
+def anthropic_response(completion: Any, model: str | None = None) -> dict[str, Any]:
+    """The Messages response for an OpenAI ``chat.completion`` (its parsed 200 body).
 
     ``{id: "msg_" + the completion id without its "chatcmpl-" (and "msg_") prefix, or a new
     one, type "message", role "assistant", model: ``model`` or the body's, content: [a text
@@ -48,13 +51,12 @@ def anthropic_response(body: bytes, model: str | None = None) -> bytes:
     with ``finish_reason: "stop"`` (some servers do) gets ``stop_reason: "tool_use"``, which
     Anthropic tool loops wait for. Reasoning text (``reasoning_content``) is dropped: an
     Anthropic thinking block needs a signature. Raises UpstreamError (502) for a body that
-    is not a completion.
+    is not a completion (None: not JSON).
     """
     try:
-        completion = orjson.loads(body)
         choice = completion["choices"][0]
         message = choice["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+    except (KeyError, IndexError, TypeError) as exc:
         raise UpstreamError("the upstream's answer is not a chat.completion") from exc
     content: list[dict[str, Any]] = []
     text = message.get("content") or message.get("refusal")
@@ -76,22 +78,18 @@ def anthropic_response(body: bytes, model: str | None = None) -> bytes:
         stop = "tool_use"
     id_ = completion.get("id")
     rest = id_.removeprefix("chatcmpl-").removeprefix("msg_") if isinstance(id_, str) else ""
-    return orjson.dumps({
+    return {
         "id": "msg_" + (rest or uuid.uuid4().hex), "type": "message", "role": "assistant",
         "model": model if model is not None else completion.get("model", ""),
         "content": content, "stop_reason": stop, "stop_sequence": None,
         "usage": usage_from_openai(completion.get("usage") or {}),
-    })
+    }
 
 
 # -- errors ----------------------------------------------------------------------------------
 
-def _error_message(body: bytes) -> str | None:
+def _error_message(obj: Any) -> str | None:
     """The message of an OpenAI error body (or of the shapes vLLM and FastAPI answer with)."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
     if not isinstance(obj, dict):
         return None
     error = obj.get("error")
@@ -102,14 +100,15 @@ def _error_message(body: bytes) -> str | None:
     return None
 
 
-def anthropic_error(status: int, body: bytes) -> tuple[int, bytes]:
-    """``(status, body)`` on the Anthropic surface for an OpenAI-compatible upstream's error
-    answer: ``{"type": "error", "error": {"type", "message"}}``, the message kept, the type
+def anthropic_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+    """``(status, error)`` on the Anthropic surface for an OpenAI-compatible upstream's error
+    answer (its parsed body; None when it is not JSON): ``{"type": "error", "error":
+    {"type", "message"}}``, the message kept, the type
     by status. 503 becomes 529 ``overloaded_error`` (what Anthropic clients expect when
     capacity runs out); other statuses are kept. A body with no message gets
     ``"upstream error (HTTP <status>)"``."""
     message = _error_message(body) or f"upstream error (HTTP {status})"
     if status == 503:
         status = 529
-    return status, orjson.dumps({"type": "error", "error": {
-        "type": error_type_of(status), "message": message}})
+    return status, {"type": "error", "error": {"type": error_type_of(status),
+                                               "message": message}}

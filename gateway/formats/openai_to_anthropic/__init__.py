@@ -4,8 +4,8 @@ Pure, no I/O.
 
     request   anthropic_request(body, model, default_max_tokens) -> the Messages request
               (:mod:`.request`: what maps to what, what is dropped, what is a 400)
-    answer    openai_response(body, model=None) -> the chat.completion body (bytes)
-    error     openai_error(status, body) -> the OpenAI error body (bytes)  (both :mod:`.answer`)
+    answer    openai_response(answer, model=None) -> the chat.completion (dict)
+    error     openai_error(status, error) -> the OpenAI error object (dict)  (both :mod:`.answer`)
     stream    OpenAIStreamFromAnthropic: Messages events -> chat.completion.chunk events
               (:mod:`.stream`)
 
@@ -43,12 +43,13 @@ class OpenAIToAnthropic:
         ``default_max_tokens`` when the body sets none. Raises InvalidRequest (400)."""
         return anthropic_request(body, model, default_max_tokens)
 
-    def response(self, body: bytes) -> bytes:
-        """:func:`openai_response` of a 200 Messages body; raises UpstreamError (502)."""
+    def response(self, body: Any) -> dict[str, Any]:
+        """:func:`openai_response` of a 200 Messages body (parsed); raises UpstreamError
+        (502)."""
         return openai_response(body)
 
-    def error(self, status: int, body: bytes) -> tuple[int, bytes]:
-        """``(status, body)``: the body by :func:`openai_error`; Anthropic's 529 (overloaded)
+    def error(self, status: int, body: Any) -> tuple[int, dict[str, Any]]:
+        """``(status, error)``: the error by :func:`openai_error`; Anthropic's 529 (overloaded)
         becomes 503, a status the openai SDK knows and retries; other statuses are kept."""
         return (503 if status == 529 else status), openai_error(status, body)
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.cache.keys import cache_key, ineligible_reason
+from gateway.cache.keys import CacheKey, ineligible_reason
+from gateway.cache.keys import cache_key as keys_of
+from gateway.formats.chat_text import final_user_text
+
+
+def cache_key(data: dict[str, Any], namespace: str, model: str) -> CacheKey:
+    """The keys as the cache makes them: the query read by the cache's rule."""
+    return keys_of(data, namespace, model, final_user_text(data["messages"]))
 
 
 def request(**overrides: Any) -> dict[str, Any]:

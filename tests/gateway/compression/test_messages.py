@@ -3,7 +3,7 @@ never what the client marked for caching; both APIs."""
 
 from __future__ import annotations
 
-from gateway.compression.messages import plan
+from gateway.compression.messages import plan, rewritten
 
 DOCS = "\n".join(f"Document [{i}](Title: T{i}) Text of document number {i} about things."
                  for i in range(1, 6))
@@ -50,6 +50,26 @@ def test_tool_results_are_segments_and_the_question_comes_from_the_last_user_tex
     assert texts("openai", body) == [DOCS]
     found.segments[0].write("short")
     assert body["messages"][2]["content"] == "short"
+
+
+def test_the_compressed_request_is_a_copy_that_shares_what_it_does_not_rewrite():
+    result = [{"type": "text", "text": DOCS}]
+    body = {"model": "m", "tools": [{"name": "t"}], "messages": [
+        {"role": "user", "content": "Find the population of Lyon."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "s",
+                                           "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": result},
+            {"type": "text", "text": "And?"}]}]}
+    found = plan("anthropic", body)
+    [segment] = found.segments
+    assert segment.path == ("messages", 2, "content", 0, "content", 0)
+    out = rewritten(body, [(segment, "short")])
+    assert out["messages"][2]["content"][0]["content"] == [{"type": "text", "text": "short"}]
+    assert result == [{"type": "text", "text": DOCS}]  # the client's body is untouched
+    assert out["messages"][:2] == body["messages"][:2]
+    assert out["messages"][0] is body["messages"][0] and out["tools"] is body["tools"]
+    assert out["messages"][2]["content"][1] is body["messages"][2]["content"][1]
 
 
 def test_anthropic_tool_result_blocks_and_cache_control_markers():

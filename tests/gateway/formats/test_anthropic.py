@@ -47,6 +47,7 @@ from gateway.formats.anthropic import (
     usage_to_openai,
 )
 from llm_wire.sse import EventReader
+from tests.gateway.formats.translation import parsed
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -313,7 +314,7 @@ def sdk_streamed(content: bytes) -> Message:
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_message_body_round_trips_and_reads_with_the_sdk(answer):
     raw_body = message_body(answer, "msg_test")
-    assert answer_from_message(raw_body, allow_tools=True) == answer
+    assert answer_from_message(parsed(raw_body), allow_tools=True) == answer
     message = sdk_message(raw_body)
     assert (message.id, message.model, message.role) == ("msg_test", "claude-x", "assistant")
     assert message.stop_reason == ("tool_use" if answer.tool_calls else "end_turn")
@@ -467,7 +468,7 @@ TOOL_USE = {"type": "tool_use", "id": "toolu_01A", "name": "get_weather",
     (b"[]", True, None),
 ])
 def test_answers_from_messages(raw_body, allow_tools, expected):
-    assert answer_from_message(raw_body, allow_tools) == expected
+    assert answer_from_message(parsed(raw_body), allow_tools) == expected
 
 
 def test_tool_call_arguments_that_are_no_object_cannot_be_rendered():

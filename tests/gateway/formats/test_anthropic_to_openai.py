@@ -17,12 +17,8 @@ from anthropic.types import Message
 from anthropic.types.shared.error_response import ErrorResponse
 
 from gateway.errors import InvalidRequest, UpstreamError
-from gateway.formats.anthropic_to_openai import (
-    anthropic_error,
-    anthropic_response,
-    openai_request,
-)
-from gateway.formats.openai_to_anthropic import anthropic_request, openai_response
+from gateway.formats.anthropic_to_openai import openai_request
+from gateway.formats.openai_to_anthropic import anthropic_request
 from tests.gateway.formats.translation import (
     AN_TOOL,
     EPHEMERAL,
@@ -32,6 +28,8 @@ from tests.gateway.formats.translation import (
     PNG,
     USAGE,
     WEATHER,
+    anthropic_error,
+    anthropic_response,
     anthropic_sdk,
     assistant,
     call,
@@ -40,6 +38,7 @@ from tests.gateway.formats.translation import (
     completion,
     json_response,
     openai_error_body,
+    openai_response,
     result,
     text,
     tool_msg,

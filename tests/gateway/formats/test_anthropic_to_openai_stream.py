@@ -98,7 +98,7 @@ def test_streamed_tool_use_ids_are_the_whole_answers():
                                             "arguments": '{"city":"Paris"}'}},
                               {"id": "call b/1", "type": "function", "function": {
                                   "name": "get_time", "arguments": '{"tz":"CET"}'}}]}}]}
-    whole = Message.model_validate_json(anthropic_response(json.dumps(completion).encode()))
+    whole = Message.model_validate(anthropic_response(completion))
     streamed = anthropic_final(run(AnthropicStreamFromOpenAI(), O_ODD_IDS))
     assert [b.id for b in streamed.content] == [b.id for b in whole.content] == [
         "functions_get_weather_0", "call_b_1"]

@@ -43,18 +43,19 @@ def test_each_pair_is_its_direction_with_the_upstreams_chat_path(client, upstrea
 
 def test_overload_is_each_clients_own_status():
     status, body = bridge("openai", "anthropic", "chat").error(
-        529, anthropic_error_body("overloaded_error", "Overloaded"))
+        529, orjson.loads(anthropic_error_body("overloaded_error", "Overloaded")))
     assert status == 503  # what an OpenAI client knows (and its SDK retries)
-    assert orjson.loads(body)["error"]["code"] == "overloaded"
-    status, body = bridge("anthropic", "openai", "chat").error(503, openai_error_body("busy"))
+    assert body["error"]["code"] == "overloaded"
+    status, body = bridge("anthropic", "openai", "chat").error(
+        503, orjson.loads(openai_error_body("busy")))
     assert status == 529  # what an Anthropic client knows
-    assert orjson.loads(body)["error"]["type"] == "overloaded_error"
+    assert body["error"]["type"] == "overloaded_error"
     for client, upstream, error in [
             ("openai", "anthropic", anthropic_error_body("rate_limit_error", "slow")),
             ("anthropic", "openai", openai_error_body("slow", "requests"))]:
         crossing = bridge(client, upstream, "chat")
         assert crossing is not None
-        assert crossing.error(429, error)[0] == 429  # other statuses are kept
+        assert crossing.error(429, orjson.loads(error))[0] == 429  # other statuses are kept
 
 
 def chunk(delta: dict[str, object], finish: str | None = None) -> bytes:

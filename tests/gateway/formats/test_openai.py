@@ -30,6 +30,7 @@ from gateway.formats.openai import (
     with_usage_option,
 )
 from gateway.formats.openai_stream import StreamObserver
+from tests.gateway.formats.translation import parsed
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -126,7 +127,7 @@ def test_stored_bytes_round_trip(answer):
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_completion_body_round_trips_and_parses_with_the_sdk(answer):
     body = completion_body(answer, "chatcmpl-test")
-    assert answer_from_completion(body, allow_tools=True) == answer
+    assert answer_from_completion(parsed(body), allow_tools=True) == answer
     completion = ChatCompletion.model_validate_json(body)
     assert completion.id == "chatcmpl-test" and completion.model == answer.model
     choice = completion.choices[0]
@@ -228,15 +229,15 @@ def completion(**changes: Any) -> dict[str, Any]:
     b"[]",
 ])
 def test_answers_that_must_not_be_kept(raw):
-    assert answer_from_completion(raw, allow_tools=False) is None
+    assert answer_from_completion(parsed(raw), allow_tools=False) is None
 
 
 def test_tool_calls_are_kept_only_when_allowed():
     raw = orjson.dumps({**completion(message={"role": "assistant", "content": None,
                                               "tool_calls": TOOL_CALLS},
                                      finish_reason="tool_calls")})
-    assert answer_from_completion(raw, allow_tools=False) is None
-    assert answer_from_completion(raw, allow_tools=True) == Answer(
+    assert answer_from_completion(parsed(raw), allow_tools=False) is None
+    assert answer_from_completion(parsed(raw), allow_tools=True) == Answer(
         None, "tool_calls", "m", TOOL_CALLS, 1, 1)
 
 

@@ -15,12 +15,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from gateway.errors import InvalidRequest, UpstreamError
-from gateway.formats.anthropic_to_openai import anthropic_response, openai_request
-from gateway.formats.openai_to_anthropic import (
-    anthropic_request,
-    openai_error,
-    openai_response,
-)
+from gateway.formats.anthropic_to_openai import openai_request
+from gateway.formats.openai_to_anthropic import anthropic_request
 from tests.gateway.formats.translation import (
     AN_TOOL,
     BREAK,
@@ -31,12 +27,15 @@ from tests.gateway.formats.translation import (
     PNG,
     WEATHER,
     anthropic_error_body,
+    anthropic_response,
     assistant,
     call,
     check_anthropic,
     check_openai,
     json_response,
     message_body,
+    openai_error,
+    openai_response,
     openai_sdk,
     result,
     text,

@@ -29,6 +29,7 @@ from openai.types.chat.completion_create_params import (
 )
 from pydantic import TypeAdapter
 
+from gateway.formats import anthropic_to_openai, openai_to_anthropic
 from gateway.formats.translator import Translator
 
 HI = [{"role": "user", "content": "hi"}]
@@ -167,6 +168,33 @@ def anthropic_error_body(kind: str, message: str) -> bytes:
 def openai_error_body(message: str, type_: str = "invalid_request_error") -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": None,
                                    "code": None}})
+
+
+# --- the whole-answer translators as dispatch drives them ------------------------------------
+# The upstream's body parsed once (None when it is not JSON), the translation serialised.
+
+def parsed(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def openai_response(body: bytes, model: str | None = None) -> bytes:
+    return orjson.dumps(openai_to_anthropic.openai_response(parsed(body), model))
+
+
+def openai_error(status: int, body: bytes) -> bytes:
+    return orjson.dumps(openai_to_anthropic.openai_error(status, parsed(body)))
+
+
+def anthropic_response(body: bytes, model: str | None = None) -> bytes:
+    return orjson.dumps(anthropic_to_openai.anthropic_response(parsed(body), model))
+
+
+def anthropic_error(status: int, body: bytes) -> tuple[int, bytes]:
+    status, error = anthropic_to_openai.anthropic_error(status, parsed(body))
+    return status, orjson.dumps(error)
 
 
 # --- the SDKs, answered by translated bodies ------------------------------------------------
