@@ -23,7 +23,7 @@ that a stage imports neither the pipeline nor the table that builds it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.embedding import EmbeddingMemo
@@ -37,8 +37,8 @@ from gateway.requestlog import RequestRecord
 if TYPE_CHECKING:
     from gateway.policy import Policy
 
-__all__ = ["Headers", "Memo", "Next", "Outcome", "Reply", "RequestContext", "RequestKind",
-           "Stage", "Stream", "Ticket", "Usage"]
+__all__ = ["Headers", "Next", "Outcome", "Reply", "RequestContext", "RequestKind", "Stage",
+           "Stream", "Ticket", "Usage"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -54,18 +54,7 @@ class Ticket:
     long: bool = False
 
 
-@dataclass(slots=True)
-class Memo:
-    """Values derived from the request that several stages use, computed at most once.
-
-    ``embeddings``: text -> its unit vector (all-MiniLM-L6-v2, 384 floats), so the cache and
-    the router pay for one embedding of the same text, even when they ask at once.
-    """
-
-    embeddings: EmbeddingMemo = field(default_factory=EmbeddingMemo)
-
-
-@dataclass(slots=True, eq=False, kw_only=True)
+@dataclass(slots=True, eq=False)
 class RequestContext:
     """One request, as the stages see it. Who sets each field, and who reads it:
 
@@ -93,7 +82,10 @@ class RequestContext:
 
     Computed on first use, then kept: :attr:`chat` (the client's request as OpenAI chat),
     :attr:`semantic_query` (the cache's reading of the user's text), :attr:`last_user_text`
-    (the router's), and in ``memo`` the embeddings of such texts.
+    (the router's), and :attr:`embeddings`, such texts' vectors.
+
+    (Made once per request, positionally, by the endpoint alone: the fields without a
+    default are its arguments, in this order.)
     """
 
     kind: RequestKind
@@ -111,7 +103,6 @@ class RequestContext:
     target: str
     route: ModelRoute | None
     response_headers: Headers
-    memo: Memo = field(default_factory=Memo)
     #: The client's API: its request and every answer to it are in this format.
     api: ApiFormat = OPENAI
     #: Set by admission: how the request queues for slots (None: no admission control).
@@ -146,6 +137,17 @@ class RequestContext:
     _chat: dict[str, Any] | None = None
     _semantic_query: str | None = _UNSET
     _last_user_text: str | None = None
+    _embeddings: EmbeddingMemo | None = None
+
+    @property
+    def embeddings(self) -> EmbeddingMemo:
+        """Text -> its unit vector (all-MiniLM-L6-v2, 384 floats), each computed at most
+        once, so the cache and the router pay for one embedding of the same text, even when
+        they ask at once. Made on first use: most requests embed nothing."""
+        memo = self._embeddings
+        if memo is None:
+            memo = self._embeddings = EmbeddingMemo()
+        return memo
 
     @property
     def chat(self) -> dict[str, Any]:

@@ -94,11 +94,9 @@ class ModelEndpoint:
             if route is None and model not in runtime.pipeline.aliases:
                 raise model_not_found(model)
             name = model if route is None else route.name
-            ctx = RequestContext(
-                kind=self.kind, path=self.path, raw=raw, body=body, headers=headers,
-                key_id=rec.key_id, request_id=rec.request_id, stream=rec.stream,
-                policy=runtime.policy, record=rec, started=rec.started, model=name,
-                target=name, route=route, response_headers=extra, api=api)
+            ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
+                                 rec.request_id, rec.stream, runtime.policy, rec, rec.started,
+                                 name, name, route, extra, api)
             with gw.watches.watch(receive, task):
                 reply = await runtime.pipeline(ctx)
                 if reply.stream is not None:

@@ -3,8 +3,8 @@ it is :mod:`gateway.stages.cache`.)
 
 A lookup has two steps. :meth:`ResponseCache.lookup`: eligibility (policy, ``Cache-Control:
 no-cache``) and the exact layer (no embedding needed). :meth:`ResponseCache.semantic`, when
-the exact layer missed: embed the last user message (one embedding per request, shared with
-later stages through the request's memo), take the nearest entries of the same scope, and
+the exact layer missed: embed the last user message (one embedding per request, shared
+with later stages through ``ctx.embeddings``), take the nearest entries of the same scope, and
 serve the first whose cosine similarity and verifier score both pass the route's operating
 point. The stage runs the second as a task and decides how long to wait for it. Neither
 writes the request's record: the outcome is in the :class:`Lookup`, which the stage copies
@@ -217,7 +217,7 @@ class ResponseCache:
                         result: Lookup) -> None:
         key = result.key
         assert key is not None and key.scope is not None and key.query is not None
-        result.vector = await ctx.memo.embeddings.compute(
+        result.vector = await ctx.embeddings.compute(
             key.query, lambda text: self._embed(text, policy))
         if result.vector is None or not result.possible:
             return

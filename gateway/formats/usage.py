@@ -8,18 +8,17 @@ store) read them there, and the log line is written from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["Usage"]
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(NamedTuple):
     """Token counts (each None when the upstream did not say). ``prompt_tokens`` counts all
     input, the prompt-cache reads and writes included, whatever the API; ``cached_tokens``:
     the prompt tokens read from the provider's prompt cache; ``cache_write_tokens``: those
-    written to it (Anthropic reports them; OpenAI does not)."""
+    written to it (Anthropic reports them; OpenAI does not). (A tuple: one per request, made
+    cheaply.)"""
 
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

@@ -107,10 +107,10 @@ class Routers:
                      text: str, depth: int, embeddings: EmbeddingMemo) -> RouteDecision:
         """Route one request: ``text``, its last user message's text
         (:func:`gateway.formats.chat_text.last_user_text`); ``depth``, its user turns
-        (:func:`gateway.routing.features.user_turns`). ``embeddings``: the request's memo;
-        the text's embedding is taken from it (or awaited, when the cache is computing it),
-        else computed and put there (one embedding per request). Never raises for embedding
-        trouble (strong tier instead)."""
+        (:func:`gateway.routing.features.user_turns`). ``embeddings``: the request's
+        (``ctx.embeddings``); the text's embedding is taken from it (or awaited, when the
+        cache is computing it), else computed and put there (one embedding per request).
+        Never raises for embedding trouble (strong tier instead)."""
         vector = await embeddings.compute(text, self._embed)
         threshold = self.threshold(policy)
         score = None if vector is None else self.router(policy.artifact).score(

@@ -2,7 +2,7 @@
 other tier when the chosen one fails or sheds.
 
 The router scores the last user message (``ctx.last_user_text``, its embedding shared with
-the cache through the request's memo; :mod:`gateway.routing`) and names the tier; the
+the cache through ``ctx.embeddings``; :mod:`gateway.routing`) and names the tier; the
 request is served by the tier's models in order, then, with ``fallback``, by the other
 tier's. A model is abandoned for the next while nothing has reached the client: a 5xx, a
 429, an unreachable upstream, a prompt too long for its context (``context_length_exceeded``)
@@ -84,7 +84,7 @@ class RouteStage:
         decision = await self.routers.decide(name, router, ctx.policy.routing.tiers,
                                              ctx.last_user_text,
                                              user_turns(ctx.chat.get("messages")),
-                                             ctx.memo.embeddings)
+                                             ctx.embeddings)
         rec = ctx.record
         rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
         rec.router, rec.route_tier = name, decision.tier
