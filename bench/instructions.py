@@ -35,6 +35,7 @@ figure (idle_per_s x seconds a request / Ir a request), time rather than work.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 import subprocess
@@ -47,10 +48,12 @@ from typing import Any
 
 import aiohttp
 import orjson
+import uvloop
 from callgrind import Counted, ready, self_costs, totals
 from processes import free_port, start_fake, start_fake_anthropic, stop, wait_ready
 
-__all__ = ["CASES", "ENV", "ITL_MS", "acceptance", "measure_all", "resolve", "summary_line"]
+__all__ = ["CASES", "ENV", "ITL_MS", "acceptance", "main", "measure_all", "resolve",
+           "summary_line"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (name, api, stream), measured in this order.
@@ -291,3 +294,25 @@ def summary_line(results: dict[str, Any], checks: dict[str, Any],
     if checks:
         parts.append(f"all hold: {'yes' if checks['all_hold'] else 'NO'}")
     return "instructions per request: " + "; ".join(parts)
+
+
+def main(args: argparse.Namespace, bodies: dict[str, Any], paths: dict[str, str],
+         steering: dict[str, str]) -> int:
+    """``overhead.py --instructions``: measure (its ``args``), print the JSON document and
+    the summary line."""
+    args.rev = args.rev and resolve(args.rev)
+    args.baseline_rev = args.baseline_rev and resolve(args.baseline_rev)
+    found = uvloop.run(measure_all(
+        bodies, paths, steering, args.instructions_requests, args.instructions_warmup,
+        args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev))
+    checks = acceptance(found["results"])
+    doc = {"bench": "overhead_instructions", "counter": "callgrind Ir",
+           "python": sys.version.split()[0], "pythonhashseed": ENV["PYTHONHASHSEED"],
+           "requests_per_case": args.instructions_requests,
+           "warmup_per_case": args.instructions_warmup, "tokens_per_response": args.tokens,
+           "upstream_ttft_ms": args.ttft_ms, "upstream_itl_ms": args.itl_ms,
+           "rev": args.rev or "working tree", "baseline_rev": args.baseline_rev, **found,
+           "acceptance": checks}
+    print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    print(summary_line(found["results"], checks, args.baseline_rev))
+    return 0

@@ -354,7 +354,7 @@ def main() -> int:
     if args.itl_ms is None:
         args.itl_ms = instructions.ITL_MS if args.instructions else 0
     if args.instructions:
-        return count_instructions(args)
+        return instructions.main(args, BODIES, PATHS, steering(args))
     fake_port, floor_port, gw_port = free_port(), free_port(), free_port()
     anth_port, anth_floor_port = free_port(), free_port()
     procs = []
@@ -390,25 +390,6 @@ def main() -> int:
            "results": results, "acceptance": checks}
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     print(summary_line(results, checks))
-    return 0
-
-
-def count_instructions(args: argparse.Namespace) -> int:
-    args.rev = args.rev and instructions.resolve(args.rev)
-    args.baseline_rev = args.baseline_rev and instructions.resolve(args.baseline_rev)
-    found = uvloop.run(instructions.measure_all(
-        BODIES, PATHS, steering(args), args.instructions_requests, args.instructions_warmup,
-        args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev))
-    checks = instructions.acceptance(found["results"])
-    doc = {"bench": "overhead_instructions", "counter": "callgrind Ir",
-           "python": sys.version.split()[0], "pythonhashseed": instructions.ENV["PYTHONHASHSEED"],
-           "requests_per_case": args.instructions_requests,
-           "warmup_per_case": args.instructions_warmup, "tokens_per_response": args.tokens,
-           "upstream_ttft_ms": args.ttft_ms, "upstream_itl_ms": args.itl_ms,
-           "rev": args.rev or "working tree", "baseline_rev": args.baseline_rev, **found,
-           "acceptance": checks}
-    print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    print(instructions.summary_line(found["results"], checks, args.baseline_rev))
     return 0
 
 
