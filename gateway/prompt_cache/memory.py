@@ -42,9 +42,6 @@ class _Variant:
     tail: int  # the fingerprint of the lines past max_lines
     changes: dict[int, int]  # line index -> times seen to change
 
-    def volatile(self) -> set[int]:
-        return {j for j, n in self.changes.items() if n >= EVIDENCE}
-
 
 class PromptMemory:
     """``families``: families kept (LRU); ``variants``: prefixes kept a family; ``max_lines``:
@@ -76,17 +73,16 @@ class PromptMemory:
                 self._families.popitem(last=False)
         else:
             self._families.move_to_end(family)
-        best, differ = _closest(variants, new, tail)
+        best, changed = _closest(variants, new, tail)
         changes: dict[int, int] = {}
         if best is not None:
             variants.remove(best)
             changes = dict(best.changes)
-            for j in differ:
-                changes[j] = changes.get(j, 0) + 1
-        variant = _Variant(new, tail, changes)
-        variants.insert(0, variant)
+            if changed is not None:
+                changes[changed] = changes.get(changed, 0) + 1
+        variants.insert(0, _Variant(new, tail, changes))
         del variants[self._max_variants:]
-        return frozenset(new[j] for j in variant.volatile() if j < len(new))
+        return frozenset(new[j] for j, n in changes.items() if n >= EVIDENCE)
 
     # -- cached prefixes --------------------------------------------------------------------
 
@@ -106,20 +102,20 @@ class PromptMemory:
 
 
 def _closest(variants: list[_Variant], new: array[int], tail: int
-             ) -> tuple[_Variant | None, list[int]]:
+             ) -> tuple[_Variant | None, int | None]:
     """The variant ``new`` is otherwise identical to (the module docstring), and the line
-    where they differ (none: the same prompt)."""
-    best: _Variant | None = None
-    differ: list[int] = []
+    where they differ (None: the same prompt)."""
+    best: tuple[_Variant | None, int | None] = (None, None)
     for variant in variants:
         if len(variant.lines) != len(new) or variant.tail != tail:
             continue
         if variant.lines == new:
-            return variant, []
-        mine = _one_difference(variant.lines, new)
-        if mine is not None and best is None:
-            best, differ = variant, [mine]
-    return best, differ
+            return variant, None
+        if best[0] is None:
+            changed = _one_difference(variant.lines, new)
+            if changed is not None:
+                best = (variant, changed)
+    return best
 
 
 def _one_difference(a: array[int], b: array[int]) -> int | None:
