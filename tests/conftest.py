@@ -22,6 +22,7 @@ from gateway.app import create_app
 from gateway.config import load_config
 from gateway.policy import PolicyStore
 from gateway.state import Gateway
+from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
 
@@ -88,6 +89,15 @@ def fake_server() -> Iterator[FakeServer]:
     app = FakeUpstream()
     with ServerThread(app) as srv:
         yield FakeServer(app, srv.url)
+
+
+@pytest.fixture(scope="module")
+def claude_server() -> Iterator[tuple[FakeAnthropic, str]]:
+    """A fake Anthropic upstream (its key ``sk-ant-upstream``) for a module's tests; a
+    module that needs another (e.g. with its prompt cache simulated) defines its own."""
+    app = FakeAnthropic(api_key="sk-ant-upstream")
+    with ServerThread(app) as srv:
+        yield app, srv.url
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,7 +19,6 @@ import orjson
 import pytest
 
 from gateway.testing.fake_anthropic import FakeAnthropic
-from gateway.testing.server import ServerThread
 from tests.conftest import DEFAULT_POLICY, GatewayServer
 from tests.gateway.compression.test_scoring import ScoringUpstream
 
@@ -47,13 +46,6 @@ def document(i: int, town: str) -> str:
 DOCS = [document(i, town) for i, town in enumerate(TOWNS)]
 GOLD = DOCS[18]
 PROMPT = INSTRUCTION + "\n\n" + "\n".join(DOCS) + "\n\n" + QUESTION
-
-
-@pytest.fixture(scope="module")
-def claude_server() -> Iterator[tuple[FakeAnthropic, str]]:
-    app = FakeAnthropic(api_key="sk-ant-upstream")
-    with ServerThread(app) as srv:
-        yield app, srv.url
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Self
 
@@ -25,7 +25,6 @@ import pytest
 from gateway import jsonio
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.server import ServerThread
 from tests.conftest import DEFAULT_POLICY, GatewayServer
 
 KEY_ENV = "GATEWAY_TEST_PARSE_ONCE_KEY"
@@ -75,13 +74,6 @@ class Parses:
         twice = [body[:80] for body, n in Counter(bodies).items() if n > 1]
         assert not twice, f"parsed more than once: {twice}"
         return bodies
-
-
-@pytest.fixture(scope="module")
-def claude_server() -> Iterator[tuple[FakeAnthropic, str]]:
-    app = FakeAnthropic(api_key="sk-ant-upstream")
-    with ServerThread(app) as srv:
-        yield app, srv.url
 
 
 @pytest.fixture
