@@ -2,13 +2,14 @@
 
 Pure functions over a parsed chat completions request.
 
-- **Exact key**: SHA-256 of the whole canonical request (sorted-key JSON) minus a short,
+- **Exact key**: BLAKE2b (128 bits) of the whole canonical request (sorted-key JSON) minus a short,
   explicit list of fields that cannot change the answer (``stream``, ``stream_options``,
   ``user``...). Any other field, including ones the API adds later, is part of the key by
   default, so a new parameter can never be silently ignored (LiteLLM #5049).
 - **Scope**: a semantic hit is possible only between requests with the same namespace
   (tenant), model, system prompt, tools, response format, other output-shaping parameters
-  and conversation before the last user turn. Only the last user message is compared by
+  and conversation before the last user turn (SHA-256, computed on first use: most lookups
+  never need it, the semantic layer being off or the exact layer hitting). Only the last user message is compared by
   meaning (:func:`gateway.formats.chat_text.final_user_text`: the caller passes it in).
 - **Eligibility**: the policy bounds temperature; never with n > 1, logprobs, or a forced
   tool call (those answers are not interchangeable).
@@ -17,7 +18,6 @@ Pure functions over a parsed chat completions request.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -40,33 +40,66 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(orjson.dumps(obj, option=_OPTS)).hexdigest()[:32]
 
 
-@dataclass(frozen=True, slots=True)
 class CacheKey:
     """``exact``: the exact-layer key. ``scope``: the semantic partition (None when the request
-    can only hit exactly). ``query``: the text compared by meaning."""
+    can only hit exactly). ``query``: the text compared by meaning. Immutable by convention;
+    the scope's digest is made on first use."""
 
-    exact: str
-    scope: str | None
-    query: str | None
-    namespace: str
+    __slots__ = ("_scope", "_scope_of", "exact", "namespace", "query")
+
+    def __init__(self, exact: str, scope: str | None, query: str | None,
+                 namespace: str) -> None:
+        self.exact = exact
+        self._scope = scope
+        self.query = query
+        self.namespace = namespace
+        #: What the scope is made of (request fields, messages, model), until it is made.
+        self._scope_of: tuple[dict[str, Any], list[Any], str] | None = None
+
+    @property
+    def scope(self) -> str | None:
+        parts = self._scope_of
+        if parts is not None:
+            canonical, messages, model = parts
+            shaping = {k: v for k, v in canonical.items() if k not in _SEMANTIC_FIELDS}
+            system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
+            history = [m for m in messages[:-1]
+                       if m.get("role") not in ("system", "developer")]
+            self._scope = _digest([self.namespace, model, _digest(system), _digest(history),
+                                   shaping])
+            self._scope_of = None
+        return self._scope
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CacheKey):
+            return NotImplemented
+        return (self.exact, self.scope, self.query, self.namespace) == (
+            other.exact, other.scope, other.query, other.namespace)
+
+    def __hash__(self) -> int:
+        return hash((self.exact, self.scope, self.query, self.namespace))
+
+    def __repr__(self) -> str:
+        return (f"CacheKey(exact={self.exact!r}, scope={self.scope!r}, query={self.query!r}, "
+                f"namespace={self.namespace!r})")
 
 
 def cache_key(data: dict[str, Any], namespace: str, model: str, query: str | None
               ) -> CacheKey:
     """Keys for a chat request already resolved to a public ``model``. ``query``: its text
     compared by meaning (:func:`gateway.formats.chat_text.final_user_text` of its messages),
-    or None when it can only hit exactly."""
+    or None when it can only hit exactly. The request must not change while the key lives
+    (its scope is made from it on first use)."""
     canonical = {k: v for k, v in data.items() if k not in NEUTRAL_FIELDS}
     canonical["model"] = model
-    exact = _digest([namespace, canonical])
-    messages = data.get("messages") or []
+    # BLAKE2b rather than SHA-256: the same 128 bits kept, about half the instructions.
+    exact = hashlib.blake2b(orjson.dumps([namespace, canonical], option=_OPTS),
+                            digest_size=16).hexdigest()
     if query is None or not query.strip():
         return CacheKey(exact, None, None, namespace)
-    shaping = {k: v for k, v in canonical.items() if k not in _SEMANTIC_FIELDS}
-    system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
-    history = [m for m in messages[:-1] if m.get("role") not in ("system", "developer")]
-    scope = _digest([namespace, model, _digest(system), _digest(history), shaping])
-    return CacheKey(exact, scope, query, namespace)
+    key = CacheKey(exact, None, query, namespace)
+    key._scope_of = (canonical, data.get("messages") or [], model)
+    return key
 
 
 def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | None:
