@@ -7,16 +7,29 @@ answer, and the client wakes up twice (once for the head, once for the body). Ho
 head until the next write (or the end of the event-loop iteration, if no body follows at
 once) makes it one, as aiohttp's server and nginx do. Measured at concurrency 32 on the
 fake upstream (bench/overhead.py's workload): about 4% less proxy CPU per request.
+
+Each response is also sent by :class:`LeanCycle`, uvicorn's request-response cycle with a
+shorter ``send``: a response head's header names and values are checked with one regex
+search each over all of them (uvicorn searches twice per header: 22 searches for a
+gateway answer), and a body write takes the shortest way. Every unusual case (a paused
+or closed transport, an access log, a ``HEAD`` request, a message out of order) is
+uvicorn's own ``send``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, NoReturn
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
-__all__ = ["CoalescingHttpToolsProtocol", "HeadCoalescingTransport"]
+__all__ = ["CoalescingHttpToolsProtocol", "HeadCoalescingTransport", "LeanCycle"]
 
 _HEAD = b"HTTP/1."
 
@@ -74,10 +87,125 @@ class HeadCoalescingTransport:
         return getattr(self._transport, name)
 
 
+#: Header names whose values change how the body is framed or the connection kept.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+#: The bytes uvicorn allows in a header name, and in a value.
+_NAME_BYTES = bytes(b for b in range(256) if HEADER_RE.match(bytes([b])) is None)
+_VALUE_BYTES = bytes(b for b in range(256) if HEADER_VALUE_RE.match(bytes([b])) is None)
+
+
+def _reject(headers: list[tuple[bytes, bytes]]) -> NoReturn:
+    """Raise what uvicorn raises for a response head with a bad header: its checks and its
+    parse of content-length, header after header, until the first that fails."""
+    chunked: bool | None = None
+    for name, value in headers:
+        if HEADER_RE.search(name):
+            raise RuntimeError("Invalid HTTP header name.")
+        if HEADER_VALUE_RE.search(value):
+            raise RuntimeError("Invalid HTTP header value.")
+        name = name.lower()
+        if name == b"content-length" and chunked is None:
+            int(value.decode())
+            chunked = False
+        elif name == b"transfer-encoding" and value.lower() == b"chunked":
+            chunked = True
+    raise AssertionError("no bad header found")  # never: the caller found one
+
+
+class LeanCycle(RequestResponseCycle):
+    """uvicorn's request-response cycle with a shorter ``send`` for the common cases (see
+    the module's docstring); what it writes is what uvicorn's would, byte for byte."""
+
+    async def send(self, message: Any) -> None:
+        if self.flow.write_paused or self.disconnected or self.access_log \
+                or self.scope["method"] == "HEAD":
+            await super().send(message)
+        elif not self.response_started:
+            if message["type"] != "http.response.start":
+                await super().send(message)  # raises
+            else:
+                self._start(message)
+        elif self.response_complete or message["type"] != "http.response.body":
+            await super().send(message)  # raises
+        else:
+            self._body(message.get("body", b""), message.get("more_body", False))
+
+    def _start(self, message: Any) -> None:
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status = message["status"]
+        headers = self.default_headers + list(message.get("headers", []))
+        content = [STATUS_LINE[status]]
+        names = []
+        framing = []
+        for name, value in headers:
+            names.append(name)
+            name = name.lower()
+            if name in _FRAMING:
+                framing.append((name, value))
+            content += (name, b": ", value, b"\r\n")
+        head = b"".join(content)
+        # uvicorn's check, two regex searches per header (a character class each), is made
+        # by deleting the allowed bytes: of the names none may be left, of the head only the
+        # line ends. Anything else is checked again as uvicorn does, to raise as it would.
+        if b"".join(names).translate(None, _NAME_BYTES) \
+                or head.translate(None, _VALUE_BYTES) != b"\r\n" * (len(headers) + 1):
+            _reject(headers)
+        has_connection_close = False
+        for name, value in framing:
+            if name == b"content-length":
+                if self.chunked_encoding is None:
+                    self.expected_content_length = int(value.decode())
+                    self.chunked_encoding = False
+            elif name == b"transfer-encoding":
+                if value.lower() == b"chunked":
+                    self.expected_content_length = 0
+                    self.chunked_encoding = True
+            elif b"close" in [token.lower().strip() for token in value.split(b",")]:
+                self.keep_alive = False
+                has_connection_close = True
+        tail = b""
+        if not self.keep_alive and not has_connection_close:
+            tail = b"connection: close\r\n"
+        if self.chunked_encoding is None and status not in (204, 304):
+            self.chunked_encoding = True
+            tail += b"transfer-encoding: chunked\r\n"
+        self.transport.write(head + tail + b"\r\n")
+
+    def _body(self, body: bytes, more_body: bool) -> None:
+        if self.chunked_encoding:
+            if body:
+                out = b"%x\r\n%b\r\n" % (len(body), body)
+                self.transport.write(out if more_body else out + b"0\r\n\r\n")
+            else:
+                self.transport.write(b"" if more_body else b"0\r\n\r\n")
+        else:
+            if len(body) > self.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.expected_content_length -= len(body)
+            self.transport.write(body)
+        if not more_body:
+            if self.expected_content_length != 0:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's ``httptools`` protocol over a :class:`HeadCoalescingTransport` (pass the
-    class as ``uvicorn.Config(http=...)``)."""
+    """uvicorn's ``httptools`` protocol over a :class:`HeadCoalescingTransport`, its
+    responses sent by :class:`LeanCycle` (pass the class as ``uvicorn.Config(http=...)``)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         wrapped = HeadCoalescingTransport(transport, self.loop)
         super().connection_made(wrapped)  # type: ignore[arg-type]
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        # uvicorn made the cycle and scheduled (or queued) its run_asgi, which has not
+        # started yet: it finds LeanCycle's send. (Upgrades make no cycle.)
+        cycle = self.cycle
+        if cycle is not None and type(cycle) is RequestResponseCycle:
+            cycle.__class__ = LeanCycle
