@@ -15,6 +15,7 @@ Wire format: https://docs.anthropic.com/en/docs/build-with-claude/streaming
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -181,39 +182,51 @@ class AnswerCollector:
 
     def feed(self, events: bytes) -> None:
         """Take a block of whole SSE events (bytes as sent to the client)."""
+        if self.broken:  # for good: nothing read now could make an answer
+            return
+        # Anthropic's own framing (each event one ``event:`` line and one ``data:`` line)
+        # is cut by a regex in one pass; anything else is read event by event.
+        if _FRAMED.fullmatch(events) is not None:
+            for name, data in _EVENT.findall(events):
+                if name not in _UNREAD_NAMES and data:
+                    self._read(data)
+            return
         for raw in events.split(b"\n\n"):
             name, data = parse_event(raw)
-            if name in _UNREAD or not data:
-                continue
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
+            if name not in _UNREAD and data:
+                self._read(data)
+
+    def _read(self, data: bytes) -> None:
+        """One event's data (the event not one of those left unread)."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self.broken = True
+            return
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "content_block_delta":
+            delta = obj.get("delta")
+            if isinstance(delta, dict) and delta.get("type") == "text_delta" \
+                    and isinstance(delta.get("text"), str):
+                self.content.append(delta["text"])
+            else:
                 self.broken = True
-                continue
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if kind == "content_block_delta":
-                delta = obj.get("delta")
-                if isinstance(delta, dict) and delta.get("type") == "text_delta" \
-                        and isinstance(delta.get("text"), str):
-                    self.content.append(delta["text"])
-                else:
-                    self.broken = True
-            elif kind == "content_block_start":
-                block = obj.get("content_block")
-                if isinstance(block, dict) and block.get("type") == "text" \
-                        and isinstance(block.get("text"), str) and not block.get("citations"):
-                    self.content.append(block["text"])
-                else:
-                    self.broken = True
-            elif kind == "message_start":
-                message = obj.get("message")
-                if isinstance(message, dict) and not message.get("content"):
-                    self.model = str(message.get("model") or "")
-                    self.started = True
-                else:
-                    self.broken = True
-            elif kind not in _UNREAD:  # an error event, or something unknown
+        elif kind == "content_block_start":
+            block = obj.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "text" \
+                    and isinstance(block.get("text"), str) and not block.get("citations"):
+                self.content.append(block["text"])
+            else:
                 self.broken = True
+        elif kind == "message_start":
+            message = obj.get("message")
+            if isinstance(message, dict) and not message.get("content"):
+                self.model = str(message.get("model") or "")
+                self.started = True
+            else:
+                self.broken = True
+        elif kind not in _UNREAD:  # an error event, or something unknown
+            self.broken = True
 
     def answer(self, finish: str | None, usage: dict[str, Any] | None) -> Answer | None:
         """The whole answer when it was plain text and ``finish`` (OpenAI vocabulary) is
@@ -226,4 +239,8 @@ class AnswerCollector:
 # Events the collector need not read: their content is known from the name (or they carry
 # what the observer notes: the stop reason and usage).
 _UNREAD = frozenset({"ping", "content_block_stop", "message_delta", "message_stop"})
+_UNREAD_NAMES = frozenset(name.encode() for name in _UNREAD)
+#: A block of events in Anthropic's framing, and one such event (its name, its data).
+_FRAMED = re.compile(rb"(?:event: [^\n]*\ndata: [^\n]*\n\n)*")
+_EVENT = re.compile(rb"event: ([^\n]*)\ndata: ([^\n]*)\n\n")
 

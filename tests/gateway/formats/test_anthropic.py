@@ -424,6 +424,27 @@ def test_streams_that_are_not_kept(events):
     assert collector.answer("stop", None) is None
 
 
+def collected(events: bytes) -> Answer | None:
+    collector = AnswerCollector()
+    collector.feed(events)
+    return collector.answer("stop", None)
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_the_collector_reads_events_framed_otherwise_alike(answer):
+    """Anthropic's framing (cut by one regex) and the same events with an ``id:`` line
+    each or blank lines between them (read event by event) give the same answer; a broken
+    event spoils all three."""
+    events = message_events(answer, "msg_test")
+    with_ids = events.replace(b"\ndata: ", b"\nid: 7\ndata: ")
+    spaced = events.replace(b"\n\n", b"\n\n\n\n")
+    assert collected(with_ids) == collected(spaced) == collected(events)
+    assert (collected(events) is None) == (answer.finish_reason != "stop")
+    broken = events.replace(b'{"type":"message_start"', b'{"type":message_start"', 1)
+    assert broken != events
+    assert collected(broken) is collected(broken.replace(b"\n\n", b"\n\n\n\n")) is None
+
+
 def message(**changes: Any) -> dict[str, Any]:
     return {**orjson.loads(message_body(Answer("hi", "stop", "claude-x", None, 1, 1))),
             **changes}
