@@ -9,7 +9,7 @@ value is added here too.
 from __future__ import annotations
 
 __all__ = [
-    "CACHE_FAILURE_OPS", "CACHE_LOOKUPS", "COMPRESSION_OUTCOMES", "ERROR_TYPES",
+    "BOUND_DECISIONS", "BOUND_OUTCOMES", "CACHE_FAILURE_OPS", "CACHE_LOOKUPS", "COMPRESSION_OUTCOMES", "ERROR_TYPES",
     "LATE_HIT_OUTCOMES", "RATE_LIMIT_RESULTS", "RATE_LIMIT_STORES_LOCAL",
     "RATE_LIMIT_STORES_REDIS", "RELOAD_RESULTS", "SHED_REASONS", "STATUSES", "TOKEN_KINDS"
 ]
@@ -50,5 +50,9 @@ CACHE_LOOKUPS = (("hit", "exact"), ("hit", "semantic"), ("miss", ""), ("bypass",
 CACHE_FAILURE_OPS = ("get", "search", "put", "semantic", "verify", "embed", "embed_busy")
 #: gateway_cache_late_hits_total{outcome}.
 LATE_HIT_OUTCOMES = ("served", "ignored", "too_late")
+#: gateway_cache_bound_decisions_total{decision}: gateway.cache.bound.Decision.
+BOUND_DECISIONS = ("serve", "explore", "miss")
+#: gateway_cache_bound_outcomes_total{outcome}: a compared answer right or wrong.
+BOUND_OUTCOMES = ("right", "wrong")
 #: gateway_policy_reloads_total{result}.
 RELOAD_RESULTS = ("ok", "rejected")

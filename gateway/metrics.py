@@ -29,6 +29,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gateway.metric_labels import (
+    BOUND_DECISIONS,
+    BOUND_OUTCOMES,
     CACHE_FAILURE_OPS,
     CACHE_LOOKUPS,
     COMPRESSION_OUTCOMES,
@@ -217,6 +219,18 @@ class _CacheCollector(Collector):
         for outcome, n in _at_zero(LATE_HIT_OUTCOMES, stats.late_hits).items():
             late.add_metric([outcome], n)
         yield late
+        bound = self._cache.bound
+        for name, doc, label, known, counts in (
+                ("decisions", "Semantic candidates by the error bound's decision.",
+                 "decision", BOUND_DECISIONS,
+                 bound.stats.decisions if bound else {}),
+                ("outcomes", "Fresh answers compared with a candidate's cached one.",
+                 "outcome", BOUND_OUTCOMES, {("right" if k else "wrong"): n for k, n in (
+                     bound.stats.learnt if bound else {}).items()})):
+            family = CounterMetricFamily(f"gateway_cache_bound_{name}", doc, labels=[label])
+            for value, n in _at_zero(known, counts).items():
+                family.add_metric([value], n)
+            yield family
 
 
 class _RoutingCollector(Collector):

@@ -124,6 +124,11 @@ class CachePolicy:
     relaxed: OperatingPoint = field(default_factory=lambda: OperatingPoint(0.5, 0.8))
     #: Per public model name: its own operating point.
     routes: dict[str, OperatingPoint] = field(default_factory=dict)
+    #: Delta: serve a semantic hit only while the chance its answer is wrong is estimated
+    #: within this (thresholds learnt online, gateway.cache.bound); 0: the operating point.
+    max_error_rate: float = bounded(0.02, ge=0.0, le=0.5)
+    #: Hits within the bound sent upstream anyway, their answers compared (a share).
+    explore_share: float = bounded(0.05, ge=0.0, le=1.0)
 
     def point(self, model: str) -> OperatingPoint:
         return self.routes.get(model, self.operating_point)

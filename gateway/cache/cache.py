@@ -5,8 +5,12 @@ A lookup has two steps. :meth:`ResponseCache.lookup`: eligibility (policy, ``Cac
 no-cache``) and the exact layer (no embedding needed). :meth:`ResponseCache.semantic`, when
 the exact layer missed: embed the last user message (one embedding per request, shared
 with later stages through ``ctx.embeddings``), take the nearest entries of the same scope, and
-serve the first whose cosine similarity and verifier score both pass the route's operating
-point. The stage runs the second as a task and decides how long to wait for it. Neither
+serve the first that keeps the contract (:mod:`gateway.cache.contract`: numbers, negation,
+names, direction) and that the error bound serves (:mod:`gateway.cache.bound`: the chance
+its answer is wrong within ``max_error_rate``; with 0 there, the route's static operating
+point instead). A request that goes upstream although it had a candidate teaches the bound:
+after it is answered, its answer is compared with the candidate's
+(:mod:`gateway.cache.agreement`), in the background. The stage runs the second as a task and decides how long to wait for it. Neither
 writes the request's record: the outcome is in the :class:`Lookup`, which the stage copies
 when it knows what the request got. Every backend call is bounded by ``lookup_timeout_ms``;
 a slow or failing backend turns the lookup into a bypass (counted, logged), never an error.
@@ -29,7 +33,10 @@ import numpy as np
 import structlog
 
 from gateway import jsonio
+from gateway.cache.agreement import agree
 from gateway.cache.backend import Backend, Entry
+from gateway.cache.bound import ErrorBound, Prior
+from gateway.cache.contract import terms, veto
 from gateway.cache.keys import CacheKey, cache_key, ineligible_reason
 from gateway.cache.policy_verifier import PairVerifier
 from gateway.context import Headers, RequestContext
@@ -74,6 +81,9 @@ class Lookup:
     """The outcome of a lookup. ``hit`` is the entry to serve; ``store`` says whether the
     response may be stored afterwards; ``vector`` is the request's embedding (or None).
 
+    ``probe``: the candidate (entry, cosine, verifier score) whose answer the fresh one is to
+    be compared with (the bound's outcome); ``explored``: within the bound, sent upstream to
+    check it. ``group``: the bound's group (the public model).
     ``semantic``: the semantic layer is still to run (:meth:`ResponseCache.semantic`);
     ``possible``: it could hit (False when the scope holds no entry: it then only embeds,
     for the store). The log line's fields so far: ``result`` (``hit``, ``miss``,
@@ -86,6 +96,9 @@ class Lookup:
     hit: Entry | None = None
     vector: np.ndarray | None = None
     candidates: list[tuple[Entry, float, float]] = field(default_factory=list)
+    probe: tuple[Entry, float, float] | None = None
+    explored: bool = False
+    group: str = ""
     max_tokens: int | None = None
     semantic: bool = False
     possible: bool = True
@@ -145,6 +158,7 @@ class ResponseCache:
         self.stats = CacheStats()
         self.embedding = 0  # lookups waiting for their embedding now
         self._tasks: set[asyncio.Task[None]] = set()  # semantic lookups and stores
+        self.bound: ErrorBound | None = None  # made on first use, from the policy
 
     async def _bounded(self, op: str, work: Awaitable[Any], timeout_s: float) -> Any:
         try:
@@ -223,14 +237,18 @@ class ResponseCache:
             return
         found = await self._bounded("search", self.backend.search(
             key.scope, result.vector, policy.candidates), policy.lookup_timeout_ms / 1000)
-        try:
+        asked = terms(key.query)
+        try:  # the contract first: a candidate it refuses is never scored nor served
             result.candidates = [(e, sim, self._verify(key, result.vector, e))
-                                 for e, sim in found]
+                                 for e, sim in found if veto(asked, terms(e.query)) is None]
         except Exception as exc:  # noqa: BLE001 - a broken entry is a miss, not a 500
             self.stats.fail("verify")
             log.warning("cache_verify_failed", error=type(exc).__name__)
             return
-        hit = self.choose(result, policy.point(ctx.model))
+        result.group = ctx.model
+        point = policy.point(ctx.model)
+        hit = (self._within_bound(result, policy, point.similarity)
+               if policy.max_error_rate > 0 else self.choose(result, point))
         if hit is not None:
             result.hit = hit
             result.result, result.layer = "hit", "semantic"
@@ -261,6 +279,33 @@ class ResponseCache:
         if self.verifier is None or entry.vector is None:
             return 1.0
         return self.verifier.score(key.query or "", entry.query, vector, entry.vector)
+
+    def _within_bound(self, result: Lookup, policy: CachePolicy, floor: float) -> Entry | None:
+        """The nearest candidate past the cosine ``floor`` that the error bound serves, or
+        None; sets the probe (the nearest candidate, or the one explored)."""
+        bound = self._bound(policy)
+        for entry, sim, score in result.candidates:
+            if sim < floor or not _fits(result, entry):
+                continue
+            decision = bound.decide(result.group, entry.id, sim,
+                                    score if self.verifier is not None else 0.0)
+            if decision == "serve":
+                return entry
+            if result.probe is None or decision == "explore":
+                result.probe = (entry, sim, score)
+            if decision == "explore":
+                result.explored = True
+                return None
+        return None
+
+    def _bound(self, policy: CachePolicy) -> ErrorBound:
+        if self.bound is None:  # the shipped prior is the MLP verifier's scores'
+            prior = Prior.load()
+            if policy.verifier != "mlp":
+                prior = prior.cosine_only()
+            self.bound = ErrorBound(policy.max_error_rate, policy.explore_share, prior)
+        self.bound.configure(policy.max_error_rate, policy.explore_share)
+        return self.bound
 
     @staticmethod
     def choose(result: Lookup, point: OperatingPoint) -> Entry | None:
@@ -300,6 +345,29 @@ class ResponseCache:
             self.stats.stores += 1
         except _Bypass:
             pass
+        if result.probe is not None and self.bound is not None:
+            await self._learn(result, result.probe, answer, policy)
+
+    async def _learn(self, result: Lookup, probe: tuple[Entry, float, float], fresh: Answer,
+                     policy: CachePolicy) -> None:
+        """Compare ``fresh`` with the probe's cached answer; the outcome goes to the bound
+        (none when the embedder is busy or the entry is broken)."""
+        assert self.bound is not None
+        entry, sim, score = probe
+        if self.embedding >= policy.max_pending_embeddings:
+            return
+        try:
+            cached = Answer.from_stored(result.stored(entry))
+        except (ValueError, KeyError):
+            return
+        self.embedding += 1
+        try:
+            right = await agree(cached, fresh, self.embed)
+        finally:
+            self.embedding -= 1
+        if right is not None:
+            self.bound.learn(result.group, entry.id, sim,
+                             score if self.verifier is not None else 0.0, right)
 
     async def drain(self) -> None:
         """Wait for pending lookups and stores (tests, shutdown)."""

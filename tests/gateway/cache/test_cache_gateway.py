@@ -32,6 +32,8 @@ CACHE_POLICY = DEFAULT_POLICY + """
 enabled = true
 ttl_s = 600
 max_temperature = 1.0
+# a static operating point (no error bound): these tests are about the lookup's machinery
+max_error_rate = 0
 operating_point = { similarity = 0.8, verifier = 0.0 }
 relaxed = { similarity = 0.3, verifier = 0.0 }
 lookup_budget_ms = 60000

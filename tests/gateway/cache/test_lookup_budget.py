@@ -37,6 +37,8 @@ from tests.gateway.routing.test_routing import (
 POLICY = DEFAULT_POLICY + """
 [cache]
 enabled = true
+# a static operating point (no error bound): these tests are about the lookup's machinery
+max_error_rate = 0
 operating_point = { similarity = 0.8, verifier = 0.0 }
 lookup_timeout_ms = 60000
 lookup_budget_ms = 1
