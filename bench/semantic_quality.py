@@ -69,7 +69,7 @@ COSINE_FLOOR = 0.5
 MLP_POINT = (0.5, 0.95)
 DELTAS = (0.02, 0.05)
 EXPLORE_SHARE = 0.05
-QQP_PAIRS = 4000
+QQP_PAIRS = 0
 DEV_PAIRS = 8000
 HARD_PER_KIND = 500
 #: Origins this close are one question reworded (80 pairs besides the 35 exact copies; read

@@ -54,6 +54,8 @@ COS_BIN = 0.005
 _NC = 101
 #: Verifier levels: a pair's level is the highest whose score it reaches.
 LEVELS = (0.0, 0.5, 0.9, 0.99, 0.999, 0.9999)
+#: A quadrant is tested once it holds MIN_PAIRS / delta pairs.
+MIN_PAIRS = 3.0
 #: Prior pairs' weight in all: live outcomes outweigh the prior after about this many.
 PRIOR_WEIGHT = 200.0
 #: Standard deviations of the Wilson upper bound (one-sided ~84%).
@@ -183,7 +185,7 @@ class ErrorBound:
         for level in range(len(LEVELS)):
             t, seen = _NC, 0.0
             for c in range(_NC - 1, -1, -1):
-                if n[c, level] <= seen or n[c, level] < 1 / self.delta:
+                if n[c, level] <= seen or n[c, level] < MIN_PAIRS / self.delta:
                     continue  # no new pair in this bin (never served on no evidence)
                 if _wilson_upper(w[c, level], n[c, level], self.confidence) > self.delta:
                     if n[c, level] >= 3 / self.delta:

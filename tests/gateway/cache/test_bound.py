@@ -15,9 +15,9 @@ def bound(delta: float = 0.05, explore: float = 0.0, prior: Prior | None = None,
 
 
 def test_a_cold_cache_serves_nothing_until_outcomes_are_learnt() -> None:
-    b = bound()
+    b = bound()  # delta 0.05: a quadrant is tested from 3 / delta = 60 pairs
     assert b.decide("m", "e", 0.99, 0.999) == "miss"
-    for i in range(40):
+    for i in range(80):
         b.learn("m", f"e{i}", 0.98, 0.5, right=True)
     assert b.decide("m", "new", 0.985, 0.5) == "serve"
     assert b.decide("m", "new", 0.9, 0.5) == "miss"  # nothing learnt that low
@@ -47,7 +47,7 @@ def test_an_entry_once_wrong_is_not_served_for_a_question_as_far() -> None:
 
 def test_exploration_sends_a_share_of_would_be_hits_upstream() -> None:
     b = bound(explore=0.25, seed=3)
-    for i in range(40):
+    for i in range(80):
         b.learn("m", f"e{i}", 0.98, 0.5, right=True)
     decisions = [b.decide("m", "e", 0.99, 0.5) for _ in range(400)]
     assert set(decisions) == {"serve", "explore"}
@@ -66,7 +66,7 @@ def test_a_new_delta_moves_the_thresholds_at_once() -> None:
 
 def test_the_verifier_score_alone_can_open_a_threshold() -> None:
     b = bound()
-    for i in range(60):
+    for i in range(80):
         b.learn("m", f"e{i}", 0.7, 0.9999, right=True)
         b.learn("m", f"f{i}", 0.7, 0.6, right=i % 3 == 0)
     assert b.decide("m", "x", 0.7, 0.99995) == "serve"
@@ -74,7 +74,7 @@ def test_the_verifier_score_alone_can_open_a_threshold() -> None:
 
 
 def test_a_prior_opens_thresholds_before_any_outcome_and_yields_to_them() -> None:
-    prior = calibrate([0.99] * 200, [0.5] * 200, [False] * 200, weight=100)
+    prior = calibrate([0.99] * 200, [0.5] * 200, [False] * 200, weight=100)  # 100 right
     b = bound(prior=prior)
     assert b.decide("m", "x", 0.995, 0.5) == "serve"
     for i in range(100):

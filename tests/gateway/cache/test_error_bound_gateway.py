@@ -16,7 +16,7 @@ from tests.gateway.cache.test_cache_gateway import MEMORY, ask, bag_of_words, ch
 POLICY = DEFAULT_POLICY + """
 [cache]
 enabled = true
-max_error_rate = 0.1
+max_error_rate = 0.2
 explore_share = 0
 operating_point = { similarity = 0.5, verifier = 0.0 }
 lookup_budget_ms = 60000
@@ -44,8 +44,9 @@ def test_paraphrases_are_served_once_enough_answers_agree(
         results.append(chat(gw, ask(f"{QUESTION} {word}")).headers["x-cache"])
         stored(gw)  # the store and the comparison, in the background, are done
     assert results[0] == "miss"  # cold: no outcome yet, nothing served
-    assert "hit" not in results[:10], results  # 1 / delta outcomes first
-    assert results[10:].count("hit") >= len(EXTRA[10:]) // 3, results  # the bound opened
+    # 3 / delta = 15 pairs in the quadrant first (the prior's QQP pairs count among them)
+    assert "hit" not in results[:8], " ".join(results)
+    assert results[15:].count("hit") >= len(EXTRA[15:]) // 3, " ".join(results)
     misses = results.count("miss")
     assert metric(gw, "gateway_cache_bound_outcomes_total", 'outcome="right"') == misses
     assert metric(gw, "gateway_cache_bound_outcomes_total", 'outcome="wrong"') == 0
@@ -69,7 +70,7 @@ def test_answers_that_disagree_never_open_the_bound(
 
 def test_a_question_the_contract_refuses_is_never_a_candidate(
         make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
-    gw = make_gateway(MEMORY, policy=POLICY.replace("max_error_rate = 0.1",
+    gw = make_gateway(MEMORY, policy=POLICY.replace("max_error_rate = 0.2",
                                                     "max_error_rate = 0"),
                       embed=bag_of_words)  # the static point serves any neighbour
     chat(gw, ask("how do I convert celsius to fahrenheit"))
