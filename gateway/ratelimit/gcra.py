@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Bucket", "LocalGCRA", "Verdict", "decide", "settle"]
 
@@ -28,10 +28,10 @@ __all__ = ["Bucket", "LocalGCRA", "Verdict", "decide", "settle"]
 SLACK_US = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class Bucket:
+class Bucket(NamedTuple):
     """``key`` names the bucket (in Redis too); ``limit`` units per ``period_s``; ``cost``:
-    this request's units (negative when settling a refund)."""
+    this request's units (negative when settling a refund). (A named tuple: a few are made
+    for every request.)"""
 
     key: str
     limit: int
@@ -47,8 +47,7 @@ class Bucket:
         return self.period_s * 1e6
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The decision for one request, per bucket in the order asked: ``remaining`` units
     (after this request when allowed, before it when not), ``reset_s`` until the bucket is
     full again, ``wait_s`` until this request's cost fits (0: it fits now). ``store``:
@@ -72,19 +71,43 @@ def decide(tats: Sequence[float], buckets: Sequence[Bucket], now_us: float,
     """One all-or-nothing GCRA decision. ``tats``: each bucket's TAT (µs; at or before
     ``now_us`` for a full bucket). Returns the verdict and the TATs to store (unchanged
     when refused)."""
-    starts = [max(tat, now_us) for tat in tats]
-    news = [start + b.cost * b.interval_us for start, b in zip(starts, buckets, strict=True)]
-    waits = [max(0.0, new - b.tolerance_us - now_us)
-             for new, b in zip(news, buckets, strict=True)]
-    allowed = all(w <= SLACK_US for w in waits)
-    kept = news if allowed else starts
-    remaining = tuple(max(0, math.floor((b.tolerance_us - (tat - now_us)) / b.interval_us
-                                        + 1e-9))
-                      for tat, b in zip(kept, buckets, strict=True))
-    verdict = Verdict(allowed, remaining,
-                      tuple((tat - now_us) / 1e6 for tat in kept),
-                      tuple(0.0 if allowed else w / 1e6 for w in waits), store)
-    return verdict, kept
+    # One pass over the buckets (a request has two to four), each read once; the counts
+    # are those after the request, made again from the unchanged TATs if it is refused.
+    starts, news, waits, remaining, reset_s = [], [], [], [], []
+    allowed = True
+    for tat, b in zip(tats, buckets, strict=True):
+        tolerance = b.period_s * 1e6
+        interval = tolerance / b.limit
+        start = max(tat, now_us)
+        new = start + b.cost * interval
+        wait = new - tolerance - now_us
+        if not wait > 0.0:  # as max(0.0, wait)
+            wait = 0.0
+        elif wait > SLACK_US:
+            allowed = False
+        starts.append(start)
+        news.append(new)
+        waits.append(wait)
+        left = math.floor((tolerance - (new - now_us)) / interval + 1e-9)
+        remaining.append(max(0, left))
+        reset_s.append((new - now_us) / 1e6)
+    if not allowed:
+        remaining, reset_s = _counts(starts, buckets, now_us)
+    wait_s = (0.0,) * len(waits) if allowed else tuple([w / 1e6 for w in waits])
+    verdict = Verdict(allowed, tuple(remaining), tuple(reset_s), wait_s, store)
+    return verdict, news if allowed else starts
+
+
+def _counts(tats: Sequence[float], buckets: Sequence[Bucket], now_us: float
+            ) -> tuple[list[int], list[float]]:
+    """Per bucket at ``tats``: the units left and the seconds until it is full."""
+    remaining, reset_s = [], []
+    for tat, b in zip(tats, buckets, strict=True):
+        tolerance = b.period_s * 1e6
+        left = math.floor((tolerance - (tat - now_us)) / (tolerance / b.limit) + 1e-9)
+        remaining.append(max(0, left))
+        reset_s.append((tat - now_us) / 1e6)
+    return remaining, reset_s
 
 
 def settle(tat: float, bucket: Bucket, now_us: float, cap: bool) -> float:

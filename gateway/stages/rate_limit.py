@@ -37,7 +37,7 @@ from gateway.context import Headers, Next, Outcome, Reply, RequestContext
 from gateway.errors import RateLimited
 from gateway.ratelimit.gcra import Bucket, Verdict
 from gateway.ratelimit.limiter import RateLimiter
-from gateway.ratelimit.policy import Limits, RateLimitPolicy
+from gateway.ratelimit.policy import KeyLimits, Limits, RateLimitPolicy
 
 if TYPE_CHECKING:
     from gateway.policy import Policy
@@ -46,7 +46,14 @@ if TYPE_CHECKING:
 __all__ = ["RateLimitStage", "build", "charge_request", "duration", "reservation",
            "rfc3339_after"]
 
-_KINDS = ("requests", "tokens")
+#: Per kind, its ``x-ratelimit-*`` header names and its ``anthropic-ratelimit-*`` ones
+#: (limit, remaining, reset).
+_HEADERS = tuple(
+    (kind, tuple(f"x-ratelimit-{part}-{kind}".encode() for part in ("limit", "remaining",
+                                                                    "reset")),
+     tuple(f"anthropic-ratelimit-{kind}-{part}".encode() for part in ("limit", "remaining",
+                                                                      "reset")))
+    for kind in ("requests", "tokens"))
 _NAMES = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)"}
 
 
@@ -101,14 +108,19 @@ class _Plan:
         self.kinds: list[str] = []
         self.scopes: list[str] = []
 
-    def add(self, name: str, scope: str, limits: Limits, tokens: int) -> None:
-        for kind, limit, cost in (("requests", limits.requests_per_minute, 1),
-                                  ("tokens", limits.tokens_per_minute, tokens)):
-            if limit:
-                # A cost over the whole limit waits for a full bucket, then owes the rest.
-                self.buckets.append(Bucket(f"{name}:{kind[0]}", limit, min(cost, limit)))
-                self.kinds.append(kind)
-                self.scopes.append(scope)
+    def add(self, name: str, scope: str, limits: Limits | KeyLimits, tokens: int) -> None:
+        """The buckets of ``limits`` (requests, then tokens: those it limits)."""
+        # A cost over the whole limit waits for a full bucket, then owes the rest.
+        limit = limits.requests_per_minute
+        if limit:
+            self.buckets.append(Bucket(name + ":r", limit, 1))
+            self.kinds.append("requests")
+            self.scopes.append(scope)
+        limit = limits.tokens_per_minute
+        if limit:
+            self.buckets.append(Bucket(name + ":t", limit, min(limit, tokens)))
+            self.kinds.append("tokens")
+            self.scopes.append(scope)
 
     def headers(self, verdict: Verdict, anthropic: bool = False) -> Headers:
         """The ``x-ratelimit-*`` headers: per kind, the bucket with the least left; for an
@@ -116,21 +128,21 @@ class _Plan:
         reset}``, the reset an RFC 3339 time, as Anthropic sends them
         (https://docs.anthropic.com/en/api/rate-limits)."""
         out: Headers = []
-        for kind in _KINDS:
-            found = [i for i, k in enumerate(self.kinds) if k == kind]
-            if not found:
+        remaining, reset_s = verdict.remaining, verdict.reset_s
+        for kind, names, anthropic_names in _HEADERS:
+            i = -1  # of this kind, the first with the least left, then the longest reset
+            for j, k in enumerate(self.kinds):
+                if k == kind and (i < 0 or (remaining[j], -reset_s[j])
+                                  < (remaining[i], -reset_s[i])):
+                    i = j
+            if i < 0:
                 continue
-            i = min(found, key=lambda j: (verdict.remaining[j], -verdict.reset_s[j]))
-            limit, left = b"%d" % self.buckets[i].limit, b"%d" % verdict.remaining[i]
-            out += [(f"x-ratelimit-limit-{kind}".encode(), limit),
-                    (f"x-ratelimit-remaining-{kind}".encode(), left),
-                    (f"x-ratelimit-reset-{kind}".encode(),
-                     duration(verdict.reset_s[i]).encode())]
+            limit, left = b"%d" % self.buckets[i].limit, b"%d" % remaining[i]
+            out += ((names[0], limit), (names[1], left),
+                    (names[2], duration(reset_s[i]).encode()))
             if anthropic:
-                out += [(f"anthropic-ratelimit-{kind}-limit".encode(), limit),
-                        (f"anthropic-ratelimit-{kind}-remaining".encode(), left),
-                        (f"anthropic-ratelimit-{kind}-reset".encode(),
-                         rfc3339_after(verdict.reset_s[i]).encode())]
+                out += ((anthropic_names[0], limit), (anthropic_names[1], left),
+                        (anthropic_names[2], rfc3339_after(reset_s[i]).encode()))
         return out
 
     def refusal(self, verdict: Verdict, tokens: int) -> RateLimited:
@@ -201,7 +213,7 @@ class RateLimitStage:
         plan = _Plan()
         name, scope = _key_bucket(ctx.key_id)
         tokens = reservation(ctx.body, ctx.raw, self.policy.default_completion_tokens)
-        plan.add(name, scope, limits.whole, tokens)
+        plan.add(name, scope, limits, tokens)
         model = limits.models.get(ctx.model)
         if model is not None:
             plan.add(f"{name}:m:{ctx.model}", f"{scope} and model '{ctx.model}'", model,
