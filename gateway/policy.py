@@ -110,7 +110,7 @@ class CachePolicy:
     #: Bound on each backend call (ms); slower -> bypass.
     lookup_timeout_ms: float = bounded(20.0, ge=1.0)
     #: Wait at most this long (ms) for the semantic layer, then go upstream while it goes on.
-    lookup_budget_ms: float = bounded(3.0, ge=0.0)
+    lookup_budget_ms: float = bounded(2.0, ge=0.0)
     #: Nearest neighbours checked per lookup.
     candidates: int = bounded(4, ge=1, le=32)
     #: Lookups waiting for an embedding at once; beyond it the semantic layer is skipped.
