@@ -4,9 +4,13 @@
     gateway cache eval --pairs FILE [--policy FILE] [--route MODEL]
     gateway cache purge --namespace NS [--url http://127.0.0.1:8080] [--api-key KEY]
 
-Pairs files are JSONL with ``text_a``, ``text_b``, ``label`` (1 = same question). A pair is a
-hit when the cosine similarity of the two embeddings and the verifier's score both pass the
-operating point (``text_a`` plays the stored question, ``text_b`` the new one).
+Pairs files are JSONL with ``text_a``, ``text_b``, ``label`` (1 = same question);
+``text_a`` plays the stored question, ``text_b`` the new one. ``eval`` decides each pair as
+the cache does: the contract veto first; then, with the policy's ``max_error_rate``, the
+error bound from a cold start, the pairs in file order, each pair not served teaching it
+its label (as a compared answer would); with ``max_error_rate = 0``, the operating point
+(cosine and verifier score both past it). ``static_point`` gives the operating point's
+figures (with the contract) either way.
 """
 
 from __future__ import annotations
@@ -124,21 +128,40 @@ def _shipped_point(policy_path: str, route: str | None) -> Any:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    point = _shipped_point(args.policy, args.route)
+    from gateway.cache.bound import ErrorBound
+    from gateway.cache.contract import terms, veto
+    from gateway.policy import load_policy
+
+    cache = load_policy(Path(args.policy)).cache
+    point = cache.point(args.route) if args.route else cache.operating_point
     s = score_pairs(Path(args.pairs), use_oof=False)
-    hit = (s.cosine >= point.similarity) & (s.verifier >= point.verifier)
+    kept = np.array([veto(terms(b), terms(a)) is None for a, b in zip(s.a, s.b, strict=True)])
+    static = kept & (s.cosine >= point.similarity) & (s.verifier >= point.verifier)
+    hit = static
+    if cache.max_error_rate > 0:  # as the gateway serves them: a cold bound, learning
+        bound = ErrorBound(cache.max_error_rate, cache.explore_share)
+        hit = np.zeros(len(s.label), bool)
+        for i in np.nonzero(kept & (s.cosine >= point.similarity))[0]:
+            c, v = float(s.cosine[i]), float(s.verifier[i])
+            hit[i] = bound.decide("eval", f"pair-{i}", c, v) == "serve"
+            if not hit[i]:
+                bound.learn("eval", f"pair-{i}", c, v, bool(s.label[i]))
     precision, recall = precision_recall(hit, s.label)
     out: dict[str, Any] = {
-        "pairs": len(s.label), "operating_point": {"similarity": point.similarity,
-                                                   "verifier": point.verifier},
+        "pairs": len(s.label), "max_error_rate": cache.max_error_rate,
+        "operating_point": {"similarity": point.similarity, "verifier": point.verifier},
+        "contract_refused": int((~kept).sum()),
         "precision": round(precision, 4), "recall": round(recall, 4),
         "hits": int(hit.sum()), "wrong_hits": int((hit & (s.label == 0)).sum()),
+        "static_point": dict(zip(("precision", "recall"), (round(x, 4) for x in
+                                                             precision_recall(static, s.label)),
+                                 strict=True)),
     }
     if not args.summary:
         out["decisions"] = [{"similarity": round(float(c), 4), "verifier": round(float(v), 4),
-                             "hit": bool(h), "label": int(lab)}
-                            for c, v, h, lab in zip(s.cosine, s.verifier, hit, s.label,
-                                                    strict=True)]
+                             "contract": bool(k), "hit": bool(h), "label": int(lab)}
+                            for c, v, k, h, lab in zip(s.cosine, s.verifier, kept, hit,
+                                                       s.label, strict=True)]
     print(orjson.dumps(out).decode())
     return 0
 
@@ -167,8 +190,8 @@ def add_arguments(cache: argparse.ArgumentParser) -> None:
     cal.add_argument("--pairs", required=True)
     cal.add_argument("--target-precision", type=float, default=0.9)
     cal.set_defaults(func=_calibrate)
-    ev = actions.add_parser("eval", help="precision, recall and each pair's decision at the "
-                            "shipped operating point, as JSON")
+    ev = actions.add_parser("eval", help="precision, recall and each pair's decision as the "
+                            "shipped policy's cache decides them, as JSON")
     ev.add_argument("--pairs", required=True)
     ev.add_argument("--policy", default=str(ROOT / "policies" / "default.toml"))
     ev.add_argument("--route", help="public model name whose operating point to use")
