@@ -1,0 +1,228 @@
+"""The OpenAI Responses wire format (``/v1/responses``): requests in, answers and errors out.
+Pure, no I/O.
+
+- :func:`parse_request`: a request body checked at the door: ``model``; ``input`` a string
+  or an array of items (messages with text and image parts, ``function_call``,
+  ``function_call_output``, reasoning items); ``instructions``; function ``tools``;
+  ``max_output_tokens``; ``stream``. Other fields pass through to a native upstream.
+- :func:`input_messages`: the input as Chat Completions messages (``instructions`` first as
+  the system message), the view the cache keys, the router and the chat translation read.
+- :func:`answer_from_response` / :func:`response_body`: the format-neutral
+  :class:`~gateway.formats.answer.Answer` of a ``response`` object, and an answer rendered
+  as one (a cache hit, or a translated answer).
+- Errors are OpenAI's shape (``{"error": {...}}``), as on the other OpenAI endpoints.
+
+Wire format: https://platform.openai.com/docs/api-reference/responses
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+from gateway.formats.answer import Answer
+from gateway.formats.checks import invalid_type, invalid_value, load_request, missing
+
+__all__ = ["HOSTED_TOOLS", "answer_from_response", "chat_view", "input_messages",
+           "parse_request", "response_body", "response_object"]
+
+#: Tools the provider runs itself: only a native OpenAI upstream can serve them.
+HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search",
+                          "code_interpreter", "computer_use_preview", "image_generation",
+                          "mcp", "local_shell", "shell", "apply_patch"})
+_ITEM_TYPES = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+
+def parse_request(raw: bytes) -> dict[str, Any]:
+    """The request as a dict; raises InvalidJSON or InvalidRequest (400) naming the field."""
+    data = load_request(raw)
+    if "input" not in data:
+        raise missing("input")
+    items = data["input"]
+    if not isinstance(items, (str, list)):
+        raise invalid_type("input", "a string or an array of items", items)
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            _check_item(item, f"input[{i}]")
+    instructions = data.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise invalid_type("instructions", "a string", instructions)
+    tools = data.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise invalid_type("tools", "an array", tools)
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+                raise invalid_type(f"tools[{i}]", "a tool object with a 'type'", tool)
+            if tool["type"] == "function" and not isinstance(tool.get("name"), str):
+                raise missing(f"tools[{i}].name")
+    limit = data.get("max_output_tokens")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                              or limit < 1):
+        raise invalid_value("max_output_tokens", "'max_output_tokens' must be an integer "
+                            f">= 1, got {orjson.dumps(limit).decode()[:40]}")
+    stream = data.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise invalid_type("stream", "a boolean", stream)
+    return data
+
+
+def _check_item(item: Any, where: str) -> None:
+    if not isinstance(item, dict):
+        raise invalid_type(where, "an object", item)
+    kind = item.get("type", "message")
+    if kind not in _ITEM_TYPES:
+        raise invalid_value(f"{where}.type", f"unknown input item type {kind!r}")
+    if kind == "message":
+        if item.get("role") not in _ROLES:
+            raise invalid_value(f"{where}.role", "'role' must be one of user, assistant, "
+                                "system, developer")
+        if not isinstance(item.get("content"), (str, list)):
+            raise invalid_type(f"{where}.content", "a string or an array of parts",
+                               item.get("content"))
+    elif kind in ("function_call", "function_call_output") and not isinstance(
+            item.get("call_id"), str):
+        raise missing(f"{where}.call_id")
+
+
+def _part(part: Any, where: str) -> dict[str, Any]:
+    """One content part as a Chat Completions part."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_text", "output_text", "text"):
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str):
+            raise InvalidRequest("an input_image needs an 'image_url' (a file_id cannot be "
+                                 "served by this upstream)", param=where)
+        image: dict[str, Any] = {"url": url}
+        if part.get("detail"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    raise InvalidRequest(f"content part type {kind!r} cannot be served by this upstream",
+                         param=where, code="unsupported_content")
+
+
+def _content(content: Any, where: str) -> Any:
+    if isinstance(content, str):
+        return content
+    parts = [_part(p, f"{where}[{i}]") for i, p in enumerate(content)]
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)  # plain text, as most servers expect
+    return parts
+
+
+def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``instructions`` and ``input`` as Chat Completions messages: consecutive
+    ``function_call`` items become one assistant message's ``tool_calls``; a
+    ``function_call_output`` a ``tool`` message; reasoning items are left out (no chat
+    counterpart). Raises InvalidRequest for a part the chat format cannot carry."""
+    out: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        out.append({"role": "system", "content": body["instructions"]})
+    items = body["input"]
+    if isinstance(items, str):
+        return [*out, {"role": "user", "content": items}]
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = "system" if item["role"] == "developer" else item["role"]
+            out.append({"role": role, "content": _content(item["content"],
+                                                          f"input[{i}].content")})
+        elif kind == "function_call":
+            call = {"id": item["call_id"], "type": "function", "function": {
+                "name": item.get("name", ""), "arguments": item.get("arguments", "")}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output", "")
+            out.append({"role": "tool", "tool_call_id": item["call_id"],
+                        "content": output if isinstance(output, str)
+                        else orjson.dumps(output).decode()})
+    return out
+
+
+def chat_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as an OpenAI-chat-shaped dict (``messages``; the sampling and output
+    fields under their chat names) for cache keys and router features."""
+    view = {k: v for k, v in body.items() if k not in ("input", "instructions")}
+    view["messages"] = input_messages(body)
+    if "max_output_tokens" in view:
+        view["max_completion_tokens"] = view.pop("max_output_tokens")
+    return view
+
+
+def answer_from_response(obj: Any, allow_tools: bool) -> Answer | None:
+    """The cacheable answer of a ``response`` object (parsed), or None: not completed, or
+    tool calls when not ``allow_tools``."""
+    if not isinstance(obj, dict) or obj.get("status") != "completed":
+        return None
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in obj.get("output") or []:
+        if not isinstance(item, dict):
+            return None
+        if item.get("type") == "message":
+            texts += [p.get("text", "") for p in item.get("content") or []
+                      if isinstance(p, dict) and p.get("type") == "output_text"]
+        elif item.get("type") == "function_call":
+            calls.append({"id": item.get("call_id"), "type": "function", "function": {
+                "name": item.get("name"), "arguments": item.get("arguments", "")}})
+    usage = obj.get("usage") or {}
+    return Answer.complete("".join(texts) if texts else None,
+                           "tool_calls" if calls else "stop", obj.get("model", ""), calls,
+                           {"prompt_tokens": usage.get("input_tokens"),
+                            "completion_tokens": usage.get("output_tokens")}, allow_tools)
+
+
+def response_object(answer: Answer, id_: str | None = None, *,
+                    status: str = "completed", body: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """``answer`` as a ``response`` object: a message item with its text, then a
+    ``function_call`` item per tool call; usage in input/output tokens. ``body``: the
+    request, whose settings the object echoes (instructions, tools, metadata, ...)."""
+    rid = id_ or "resp_" + uuid.uuid4().hex
+    output: list[dict[str, Any]] = []
+    if answer.content is not None:
+        output.append({"type": "message", "id": "msg_" + uuid.uuid4().hex,
+                       "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": answer.content,
+                                    "annotations": []}]})
+    for call in answer.tool_calls or []:
+        fn = call.get("function") or {}
+        output.append({"type": "function_call", "id": "fc_" + uuid.uuid4().hex,
+                       "call_id": call.get("id"), "name": fn.get("name"),
+                       "arguments": fn.get("arguments", ""), "status": "completed"})
+    prompt, completion = answer.prompt_tokens or 0, answer.completion_tokens or 0
+    req = body or {}
+    return {
+        "id": rid, "object": "response", "created_at": int(time.time()), "status": status,
+        "error": None, "incomplete_details": (
+            {"reason": "max_output_tokens"} if status == "incomplete" else None),
+        "instructions": req.get("instructions"), "model": answer.model,
+        "output": output, "parallel_tool_calls": req.get("parallel_tool_calls", True),
+        "previous_response_id": req.get("previous_response_id"),
+        "max_output_tokens": req.get("max_output_tokens"),
+        "temperature": req.get("temperature"), "top_p": req.get("top_p"),
+        "tool_choice": req.get("tool_choice", "auto"), "tools": req.get("tools", []),
+        "text": req.get("text", {"format": {"type": "text"}}),
+        "metadata": req.get("metadata", {}), "store": req.get("store", True),
+        "usage": {"input_tokens": prompt,
+                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                  "output_tokens": completion,
+                  "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": prompt + completion},
+    }
+
+
+def response_body(answer: Answer, id_: str | None = None) -> bytes:
+    """:func:`response_object` as JSON bytes."""
+    return orjson.dumps(response_object(answer, id_))

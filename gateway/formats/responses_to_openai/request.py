@@ -1,0 +1,97 @@
+"""A Responses request as a Chat Completions request (for the local engine and
+OpenAI-compatible servers that speak only chat). Pure, no I/O.
+
+What maps to what:
+
+=============================  ===============================================================
+Responses                      Chat Completions
+=============================  ===============================================================
+``instructions``, ``input``    ``messages`` (:func:`gateway.formats.responses.input_messages`)
+function ``tools``             ``tools`` as ``{"type": "function", "function": {...}}``
+``tool_choice``                the same, a named function as ``{"type": "function",
+                               "function": {"name": ...}}``
+``text.format`` json_schema    ``response_format`` json_schema (json_object likewise)
+``max_output_tokens``          ``max_tokens`` (the engine's default when absent)
+``temperature``, ``top_p``,    the same
+``parallel_tool_calls``,
+``prompt_cache_key``, ``user``
+``stream``                     ``stream`` with ``stream_options.include_usage``
+=============================  ===============================================================
+
+A 400 instead: a hosted tool (web search, file search, code interpreter, ...: the upstream
+cannot run it), ``previous_response_id`` (it needs the gateway's response store),
+``background``. Dropped: ``store``, ``metadata``, ``include``, ``reasoning``, ``truncation``
+(nothing to say them to), and reasoning items of the input.
+Sources: https://platform.openai.com/docs/api-reference/responses,
+https://platform.openai.com/docs/api-reference/chat
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import InvalidRequest
+from gateway.formats.responses import HOSTED_TOOLS, input_messages
+
+__all__ = ["chat_request"]
+
+_SAME = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user")
+_REFUSED = {"previous_response_id": "needs the gateway's response store, not yet available "
+                                    "for this upstream",
+            "background": "is not available for this upstream"}
+
+
+def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
+    if tool["type"] in HOSTED_TOOLS or tool["type"] != "function":
+        raise InvalidRequest(f"tool type {tool['type']!r} is run by OpenAI itself; this "
+                             "model's upstream cannot run it", param=f"tools[{i}]",
+                             code="unsupported_tool")
+    fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    return {"type": "function", "function": fn}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, dict):
+        raise InvalidRequest(f"tool_choice {choice.get('type')!r} cannot be served by this "
+                             "upstream", param="tool_choice", code="unsupported_tool")
+    return choice
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt["type"] == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    raise InvalidRequest(f"text.format type {fmt['type']!r} is not known",
+                         param="text.format", code="invalid_value")
+
+
+def chat_request(body: dict[str, Any], model: str, default_max_tokens: int
+                 ) -> dict[str, Any]:
+    """The Chat Completions request for ``model`` of a checked Responses ``body``; raises
+    InvalidRequest (400) naming what the chat format cannot express."""
+    for key, why in _REFUSED.items():
+        if body.get(key):
+            raise InvalidRequest(f"'{key}' {why}", param=key, code="unsupported_parameter")
+    out: dict[str, Any] = {"model": model, "messages": input_messages(body)}
+    if body.get("tools"):
+        out["tools"] = [_tool(t, i) for i, t in enumerate(body["tools"])]
+    if "tool_choice" in body:
+        out["tool_choice"] = _tool_choice(body["tool_choice"])
+    fmt = _response_format(body.get("text"))
+    if fmt is not None:
+        out["response_format"] = fmt
+    out["max_tokens"] = body.get("max_output_tokens") or default_max_tokens
+    for key in _SAME:
+        if key in body:
+            out[key] = body[key]
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
