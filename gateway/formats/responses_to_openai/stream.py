@@ -1,0 +1,204 @@
+"""A Responses client calling a chat-only upstream, streamed: the upstream's
+``chat.completion.chunk`` events become Responses' typed events. Pure, no I/O.
+
+    ResponsesStreamFromChat(request).feed(chunk) -> bytes, .flush() -> bytes
+
+Events, each with its ``event:`` line and a ``sequence_number`` counting from 0:
+
+- the first chunk -> ``response.created`` and ``response.in_progress`` (the response
+  ``in_progress``, no output yet);
+- ``content`` -> on its first piece ``response.output_item.added`` (a message item) and
+  ``response.content_part.added`` (an ``output_text`` part), then ``response.output_text.delta``;
+- each new ``tool_calls`` index -> the open item done, ``response.output_item.added`` (a
+  ``function_call`` item: ``call_id``, ``name``), argument pieces as
+  ``response.function_call_arguments.delta``;
+- ``[DONE]`` -> the open item done (``response.output_text.done``,
+  ``response.content_part.done``, ``response.output_item.done``; or
+  ``response.function_call_arguments.done`` and ``response.output_item.done``), then
+  ``response.completed`` with the whole response and its usage (``response.incomplete`` when
+  the upstream stopped at its token limit);
+- an upstream error -> an ``error`` event (``code``, ``message``), and nothing after it.
+
+How bytes are cut into events, ``done`` and ``errored``: :mod:`gateway.formats.translator`;
+a stream without ``[DONE]`` gets no ``response.completed``.
+Wire formats: https://platform.openai.com/docs/api-reference/chat-streaming,
+https://platform.openai.com/docs/api-reference/responses-streaming
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from gateway.formats.answer import Answer
+from gateway.formats.responses import response_object
+from gateway.formats.translator import INVALID_EVENT, EventTranslator, load_object
+from llm_wire.sse import json_event
+
+__all__ = ["ResponsesStreamFromChat"]
+
+
+class ResponsesStreamFromChat(EventTranslator):
+    """Chat Completions chunks in, Responses events out; ``request``: the Responses request
+    (its settings are echoed in the response objects)."""
+
+    __slots__ = ("_finish", "_id", "_items", "_model", "_open", "_request", "_seq",
+                 "_started", "_tools", "_usage")
+
+    def __init__(self, request: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self._request = request or {}
+        self._id = "resp_" + uuid.uuid4().hex
+        self._seq = 0
+        self._started = False
+        self._model = ""
+        self._items: list[dict[str, Any]] = []  # output items so far, in order
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._tools: dict[Any, dict[str, Any]] = {}  # chat tool call index -> its item
+        self._finish: str | None = None
+        self._usage: dict[str, Any] = {}
+
+    def _emit(self, kind: str, fields: dict[str, Any]) -> bytes:
+        event = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return json_event(event, kind)
+
+    def _response(self, status: str) -> dict[str, Any]:
+        answer = Answer(None, self._finish or "stop", self._model, None,
+                        self._usage.get("prompt_tokens"), self._usage.get("completion_tokens"))
+        obj = response_object(answer, self._id, status=status, body=self._request)
+        obj["output"] = [dict(item) for item in self._items]
+        if status == "in_progress":
+            obj["usage"] = None
+        return obj
+
+    def _event(self, name: str | None, data: bytes) -> bytes:
+        if data == b"[DONE]":
+            return self._end()
+        if not data:
+            return b""
+        obj = load_object(data)
+        if obj is None:
+            return self._fail("upstream_error", INVALID_EVENT)
+        if name == "error" or obj.get("error"):
+            inner = obj.get("error")
+            error: dict[str, Any] = inner if isinstance(inner, dict) else obj
+            return self._fail(str(error.get("code") or error.get("type") or "upstream_error"),
+                              str(error.get("message") or "upstream error"))
+        out = []
+        if not self._started:
+            self._started = True
+            self._model = str(obj.get("model") or "")
+            out.append(self._emit("response.created", {"response": self._response(
+                "in_progress")}))
+            out.append(self._emit("response.in_progress", {"response": self._response(
+                "in_progress")}))
+        if isinstance(obj.get("usage"), dict):
+            self._usage = obj["usage"]
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                text = delta.get("content")
+                if text and isinstance(text, str):
+                    out.append(self._text(text))
+                for call in delta.get("tool_calls") or ():
+                    if isinstance(call, dict):
+                        out.append(self._tool(call))
+            if choice.get("finish_reason"):
+                self._finish = str(choice["finish_reason"])
+        return b"".join(out)
+
+    def _add(self, item: dict[str, Any]) -> bytes:
+        out = self._close()
+        self._items.append(item)
+        self._open = item
+        return out + self._emit("response.output_item.added", {
+            "output_index": len(self._items) - 1, "item": dict(item)})
+
+    def _text(self, text: str) -> bytes:
+        out = b""
+        if self._open is None or self._open["type"] != "message":
+            out += self._add({"type": "message", "id": "msg_" + uuid.uuid4().hex,
+                              "status": "in_progress", "role": "assistant", "content": []})
+            out += self._emit("response.content_part.added", {
+                "item_id": self._open_id(), "output_index": len(self._items) - 1,
+                "content_index": 0, "part": {"type": "output_text", "text": "",
+                                             "annotations": []}})
+            self._text_of().append("")
+        parts = self._text_of()
+        parts[0] += text
+        return out + self._emit("response.output_text.delta", {
+            "item_id": self._open_id(), "output_index": len(self._items) - 1,
+            "content_index": 0, "delta": text, "logprobs": []})
+
+    def _text_of(self) -> list[str]:
+        assert self._open is not None
+        texts: list[str] = self._open.setdefault("_text", [])
+        return texts
+
+    def _open_id(self) -> str:
+        assert self._open is not None
+        return str(self._open["id"])
+
+    def _tool(self, call: dict[str, Any]) -> bytes:
+        key = call.get("index", len(self._tools))
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        assert isinstance(function, dict)
+        out = b""
+        item = self._tools.get(key)
+        if item is None:
+            item = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex,
+                    "call_id": call.get("id") or "call_" + uuid.uuid4().hex,
+                    "name": function.get("name") or "", "arguments": "",
+                    "status": "in_progress"}
+            self._tools[key] = item
+            out = self._add(item)
+        args = function.get("arguments")
+        if not args or not isinstance(args, str):
+            return out
+        item["arguments"] += args
+        return out + self._emit("response.function_call_arguments.delta", {
+            "item_id": item["id"], "output_index": self._items.index(item), "delta": args})
+
+    def _close(self) -> bytes:
+        """The open item's closing events (b"" when none is open)."""
+        item, self._open = self._open, None
+        if item is None:
+            return b""
+        index = self._items.index(item)
+        out = []
+        if item["type"] == "message":
+            text = "".join(item.pop("_text", []))
+            part = {"type": "output_text", "text": text, "annotations": []}
+            out.append(self._emit("response.output_text.done", {
+                "item_id": item["id"], "output_index": index, "content_index": 0,
+                "text": text, "logprobs": []}))
+            out.append(self._emit("response.content_part.done", {
+                "item_id": item["id"], "output_index": index, "content_index": 0,
+                "part": part}))
+            item["content"] = [part]
+        else:
+            out.append(self._emit("response.function_call_arguments.done", {
+                "item_id": item["id"], "output_index": index,
+                "arguments": item["arguments"]}))
+        item["status"] = "completed"
+        out.append(self._emit("response.output_item.done", {"output_index": index,
+                                                           "item": dict(item)}))
+        return b"".join(out)
+
+    def _end(self) -> bytes:
+        out = self._close()
+        for item in self._items:  # a call streamed before the text, left open
+            item["status"] = "completed"
+        self.done = True
+        if self._finish == "length":
+            return out + self._emit("response.incomplete", {"response": self._response(
+                "incomplete")})
+        return out + self._emit("response.completed", {"response": self._response(
+            "completed")})
+
+    def _fail(self, code: str, message: str) -> bytes:
+        self.errored = True
+        return self._emit("error", {"code": code, "message": message, "param": None})

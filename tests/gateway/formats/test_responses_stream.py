@@ -1,0 +1,118 @@
+"""Chat chunks as Responses events: every event is one the openai SDK parses, in the order
+its stream helper (``client.responses.stream``) accumulates into the final response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from gateway.formats.responses_to_openai.stream import ResponsesStreamFromChat
+from llm_wire.sse import EventReader
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None,
+          usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                           "created": 1, "model": "smollm2",
+                           "choices": [] if delta is None else [
+                               {"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def sse(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n" if done else b"")
+
+
+def translate(raw: bytes, pieces: int = 7) -> tuple[ResponsesStreamFromChat, list[Any]]:
+    """Fed in uneven pieces, as a network delivers it; the events parsed by the SDK."""
+    t = ResponsesStreamFromChat({"model": "m", "input": "hi", "instructions": "S"})
+    out = b""
+    for i in range(0, len(raw), pieces):
+        out += t.feed(raw[i:i + pieces])
+    out += t.flush()
+    reader = EventReader()
+    events = reader.feed(out) + reader.flush()
+    parsed = []
+    for name, data in events:
+        event = EVENTS.validate_python(orjson.loads(data))
+        assert event.type == name
+        parsed.append(event)
+    assert [e.sequence_number for e in parsed] == list(range(len(parsed)))
+    return t, parsed
+
+
+def final(events: list[Any]) -> Any:
+    state = ResponseStreamState(input_tools=omit, text_format=omit)
+    out: list[Any] = []
+    for event in events:
+        out += state.handle_event(event)
+    return out[-1]
+
+
+def test_text_streams_as_typed_events_the_sdk_accumulates() -> None:
+    t, events = translate(sse([
+        chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}),
+        chunk({"content": "lo!"}), chunk({}, "stop"),
+        chunk(usage={"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11})]))
+    assert [e.type for e in events] == [
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.content_part.added", "response.output_text.delta",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done", "response.completed"]
+    assert t.done and not t.errored
+    done = final(events)
+    assert done.type == "response.completed"
+    assert done.response.output_text == "Hello!" and done.response.instructions == "S"
+    assert (done.response.usage.input_tokens, done.response.usage.output_tokens) == (9, 2)
+
+
+def test_tool_calls_stream_as_function_call_items() -> None:
+    _, events = translate(sse([
+        chunk({"role": "assistant", "content": "Let me look."}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                               "function": {"name": "weather", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+        chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                               "function": {"name": "time", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls")]))
+    response = final(events).response
+    assert [item.type for item in response.output] == ["message", "function_call",
+                                                       "function_call"]
+    call = response.output[1]
+    assert (call.call_id, call.name, call.arguments) == ("call_a", "weather",
+                                                         "{\"city\":\"Paris\"}")
+    assert response.output[2].arguments == "{}"
+    assert "response.function_call_arguments.done" in [e.type for e in events]
+
+
+def test_a_stopped_at_the_limit_answer_ends_incomplete() -> None:
+    _, events = translate(sse([chunk({"content": "Hel"}), chunk({}, "length")]))
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+
+
+def test_an_upstream_error_ends_the_stream_with_an_error_event() -> None:
+    t, events = translate(sse([chunk({"content": "Hel"})], done=False)
+                          + b'data: {"error": {"message": "overloaded", "type": '
+                            b'"server_error", "code": "overloaded"}}\n\n'
+                          + sse([chunk({"content": "more"})]))
+    assert t.errored and not t.done
+    assert events[-1].type == "error" and events[-1].message == "overloaded"
+    assert [e.type for e in events].count("response.output_text.delta") == 1
+
+
+def test_a_stream_cut_short_gets_no_completion() -> None:
+    t, events = translate(sse([chunk({"content": "Hel"}), chunk({}, "stop")], done=False))
+    assert not t.done and not t.errored
+    assert events[-1].type == "response.output_text.delta"
