@@ -36,7 +36,7 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
-    def get_extra_info(self, name: str) -> str:
+    def get_extra_info(self, name: str, default: object = None) -> str:
         return f"info:{name}"
 
 
