@@ -44,11 +44,16 @@ class State(IntEnum):
     OPEN = 2
 
 
+# The members as plain names: on Python 3.11 ``State.OPEN`` goes through EnumType's
+# __getattr__ hook (~1k instructions an access), and the breaker is asked on every request.
+_CLOSED, _HALF_OPEN, _OPEN = State.CLOSED, State.HALF_OPEN, State.OPEN
+
+
 class Breaker:
     def __init__(self, policy: BreakerPolicy, clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self._clock = clock
-        self._state = State.CLOSED
+        self._state = _CLOSED
         self._outcomes: deque[tuple[float, bool]] = deque()
         self._failures_in_window = 0
         self._consecutive = 0
@@ -59,22 +64,22 @@ class Breaker:
 
     @property
     def state(self) -> State:
-        if self._state is State.OPEN and self._clock() >= self._open_until:
-            self._state, self._probes = State.HALF_OPEN, 0
+        if self._state is _OPEN and self._clock() >= self._open_until:
+            self._state, self._probes = _HALF_OPEN, 0
         return self._state
 
     def retry_after_s(self) -> float:
         """Seconds until the breaker lets a probe through (0 unless open)."""
-        return max(0.0, self._open_until - self._clock()) if self.state is State.OPEN else 0.0
+        return max(0.0, self._open_until - self._clock()) if self.state is _OPEN else 0.0
 
     def allow(self) -> bool:
         """May a request go to this upstream now? Half-open admits ``half_open_probes``."""
         if not self.policy.enabled:
             return True
         state = self.state
-        if state is State.CLOSED:
+        if state is _CLOSED:
             return True
-        if state is State.HALF_OPEN:
+        if state is _HALF_OPEN:
             now = self._clock()
             if self._probes and now - self._probe_at > self.policy.open_ms / 1000:
                 self._probes = 0  # the probes never reported back (cancelled): probe again
@@ -90,13 +95,13 @@ class Breaker:
             return
         now = self._clock()
         state = self.state
-        if state is State.HALF_OPEN:
+        if state is _HALF_OPEN:
             if ok:
                 self._close()
             else:
                 self._open(now, retry_after_ms)
             return
-        if state is State.OPEN:
+        if state is _OPEN:
             return  # a straggler from before the breaker opened
         self._outcomes.append((now, ok))
         if not ok:
@@ -117,11 +122,11 @@ class Breaker:
     def _open(self, now: float, retry_after_ms: float | None) -> None:
         hold = max(self.policy.open_ms, retry_after_ms or 0.0)
         self._open_until = now + min(hold, self.policy.max_open_ms) / 1000
-        self._state = State.OPEN
+        self._state = _OPEN
         self.opened += 1
 
     def _close(self) -> None:
-        self._state = State.CLOSED
+        self._state = _CLOSED
         self._outcomes.clear()
         self._failures_in_window = 0
         self._consecutive = 0
