@@ -1,5 +1,6 @@
 """Chat chunks as Responses events: every event is one the openai SDK parses, in the order
-its stream helper (``client.responses.stream``) accumulates into the final response."""
+its stream helper (``client.responses.stream``) accumulates into the final response; and a
+Responses stream observed, collected, and rendered from a cached answer."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from gateway.formats.answer import Answer
+from gateway.formats.responses_stream import AnswerCollector, StreamObserver, response_events
 from gateway.formats.responses_to_openai.stream import ResponsesStreamFromChat
 from llm_wire.sse import EventReader
 
@@ -116,3 +119,62 @@ def test_a_stream_cut_short_gets_no_completion() -> None:
     t, events = translate(sse([chunk({"content": "Hel"}), chunk({}, "stop")], done=False))
     assert not t.done and not t.errored
     assert events[-1].type == "response.output_text.delta"
+
+
+# -- observing, collecting and rendering a Responses stream ---------------------------------
+
+def translated(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
+    t = ResponsesStreamFromChat({"model": "m", "input": "hi"})
+    return t.feed(sse(chunks, done)) + t.flush()
+
+
+def observe(raw: bytes, pieces: int = 11) -> tuple[StreamObserver, bytes]:
+    o = StreamObserver()
+    out = b"".join(o.feed(raw[i:i + pieces]) for i in range(0, len(raw), pieces)) + o.flush()
+    return o, out
+
+
+def test_the_observer_forwards_the_bytes_and_notes_the_end() -> None:
+    raw = translated([chunk({"content": "Hi"}), chunk({}, "stop"),
+                      chunk(usage={"prompt_tokens": 4, "completion_tokens": 1,
+                                   "total_tokens": 5})])
+    o, out = observe(raw)
+    assert out == raw
+    assert (o.done, o.errored, o.finish_reason) == (True, False, "stop")
+    assert o.usage is not None and (o.usage["prompt_tokens"], o.usage["completion_tokens"]) \
+        == (4, 1)
+    calls = observe(translated([chunk({"tool_calls": [
+        {"index": 0, "id": "c", "function": {"name": "f", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls")]))[0]
+    assert calls.finish_reason == "tool_calls"
+    assert observe(translated([chunk({"content": "H"}), chunk({}, "length")]))[0] \
+        .finish_reason == "length"
+
+
+def test_the_observer_notes_an_error_and_a_stream_cut_short() -> None:
+    raw = translated([chunk({"content": "H"})], done=False) + \
+        b'data: {"error": {"message": "boom", "code": "server_error"}}\n\n'
+    o, _ = observe(translated([chunk({"content": "H"})], done=False))
+    assert not o.done and not o.errored
+    t = ResponsesStreamFromChat()
+    o, _ = observe(t.feed(raw) + t.flush())
+    assert o.errored and o.error_type == "server_error" and not o.done
+
+
+def test_a_streamed_answer_is_collected_and_a_hit_streams_like_a_translated_answer() -> None:
+    collector = AnswerCollector()
+    collector.feed(translated([chunk({"content": "Par"}), chunk({"content": "is."}),
+                               chunk({}, "stop"), chunk(usage={
+                                   "prompt_tokens": 4, "completion_tokens": 2,
+                                   "total_tokens": 6})]))
+    answer = collector.answer("stop", None)
+    assert answer == Answer("Paris.", "stop", "smollm2", None, 4, 2)
+    reader = EventReader()
+    raw = response_events(answer, {"model": "m", "input": "hi"}, "chatcmpl-cache-1")
+    events = [EVENTS.validate_python(orjson.loads(d)) for _, d in reader.feed(raw)]
+    done = final(events)
+    assert done.type == "response.completed" and done.response.output_text == "Paris."
+    assert done.response.usage.output_tokens == 2
+    unfinished = AnswerCollector()
+    unfinished.feed(translated([chunk({"content": "Par"})], done=False))
+    assert unfinished.answer("stop", None) is None

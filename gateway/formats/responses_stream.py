@@ -1,0 +1,120 @@
+"""Observe and collect a Responses event stream (SSE), and render an answer as one. Pure,
+no I/O.
+
+- :class:`StreamObserver`: cuts an upstream's bytes into whole events and notes what logs
+  and metrics need: ``done`` (``response.completed`` or ``response.incomplete`` seen),
+  ``errored`` (``error`` or ``response.failed``) with its ``error_type``, ``finish_reason``
+  (``stop``, ``tool_calls`` or ``length``) and ``usage`` (in chat's names).
+- :class:`AnswerCollector`: the cacheable answer, from the final response object.
+- :func:`response_events`: an :class:`~gateway.formats.answer.Answer` (a cache hit) as the
+  whole event stream, made by the chat-to-Responses stream translator from the answer's own
+  chunk stream, so that a hit streams exactly as a translated answer does.
+
+Wire format: https://platform.openai.com/docs/api-reference/responses-streaming
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.formats.answer import Answer
+from gateway.formats.openai import completion_events
+from gateway.formats.responses import answer_from_response
+from gateway.formats.responses_to_openai.stream import ResponsesStreamFromChat
+from gateway.formats.translator import load_object
+from llm_wire.sse import EventReader, cut_events
+
+__all__ = ["AnswerCollector", "StreamObserver", "response_events"]
+
+_END = {"response.completed": "stop", "response.incomplete": "length"}
+
+
+def _usage(obj: dict[str, Any]) -> dict[str, Any] | None:
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("input_tokens_details") or {}
+    return {"prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "total_tokens": usage.get("total_tokens"),
+            "prompt_tokens_details": {"cached_tokens": details.get("cached_tokens", 0)}}
+
+
+class StreamObserver:
+    """See the module docstring; ``hide_usage_chunk`` is accepted for the shared interface
+    (a Responses stream has no usage-only event to drop)."""
+
+    __slots__ = ("_buf", "done", "error_type", "errored", "finish_reason", "usage")
+
+    def __init__(self, hide_usage_chunk: bool = False) -> None:
+        self._buf = b""
+        self.done = False
+        self.errored = False
+        self.error_type: str | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take bytes from upstream; return the complete events to forward now, as they came
+        (may be b"")."""
+        block, self._buf = cut_events(self._buf + chunk)
+        if block:
+            self._observe(block)
+        return block
+
+    def flush(self) -> bytes:
+        """What remains at the end of the stream (an unterminated last event, if any)."""
+        rest, self._buf = self._buf, b""
+        if not rest.strip():
+            return b""
+        self._observe(rest + b"\n\n")
+        return rest + b"\n\n"
+
+    def _observe(self, block: bytes) -> None:
+        reader = EventReader()
+        for name, data in reader.feed(block) + reader.flush():
+            obj = load_object(data) or {}
+            kind = obj.get("type") or name
+            if kind in _END:
+                self.done = True
+                response = obj.get("response") or {}
+                self.usage = _usage(response) or self.usage
+                calls = any(isinstance(i, dict) and i.get("type") == "function_call"
+                            for i in response.get("output") or ())
+                self.finish_reason = "tool_calls" if calls and kind == "response.completed" \
+                    else _END[kind]
+            elif kind in ("error", "response.failed"):
+                self.errored = True
+                error = obj.get("error") or (obj.get("response") or {}).get("error") or obj
+                self.error_type = str(error.get("code") or error.get("type") or "error") \
+                    if isinstance(error, dict) else "error"
+
+
+class AnswerCollector:
+    """Rebuilds the answer of a Responses stream from its final response object."""
+
+    __slots__ = ("_final", "_reader")
+
+    def __init__(self) -> None:
+        self._reader = EventReader()
+        self._final: dict[str, Any] | None = None
+
+    def feed(self, events: bytes) -> None:
+        """Take a block of whole SSE events."""
+        for _, data in self._reader.feed(events):
+            obj = load_object(data)
+            if obj is not None and obj.get("type") == "response.completed":
+                self._final = obj.get("response")
+
+    def answer(self, finish: str | None, usage: dict[str, Any] | None) -> Answer | None:
+        """The whole answer (tool calls included only when the response carried them and
+        the caller allows them: see :func:`~gateway.formats.responses.answer_from_response`);
+        None without a completed response."""
+        return answer_from_response(self._final, allow_tools=False)
+
+
+def response_events(answer: Answer, body: dict[str, Any], id_: str) -> bytes:
+    """``answer`` as the whole Responses event stream for the request ``body`` (one write:
+    it is already complete)."""
+    translator = ResponsesStreamFromChat(body)
+    return translator.feed(completion_events(answer, True, id_)) + translator.flush()
