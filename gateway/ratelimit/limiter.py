@@ -56,12 +56,21 @@ class RateLimiter:
             url = config.cache.redis_url
         return cls(RedisGCRA(url, config.rate_limits.prefix) if url else None)
 
-    async def check(self, buckets: Sequence[Bucket], policy: RateLimitPolicy) -> Verdict:
-        """Charge the request to ``buckets``, all or none; never raises for Redis."""
+    def check_here(self, buckets: Sequence[Bucket]) -> Verdict | None:
+        """:meth:`check` when this process decides alone (no Redis configured, or Redis down
+        and not yet due for a retry), without a coroutine; else None (ask :meth:`check`)."""
         if self.redis is None:
             return self.local.decide(buckets)
         if self.down_since is not None and time.monotonic() < self._retry_at:
             return self._fallback(buckets)
+        return None
+
+    async def check(self, buckets: Sequence[Bucket], policy: RateLimitPolicy) -> Verdict:
+        """Charge the request to ``buckets``, all or none; never raises for Redis."""
+        verdict = self.check_here(buckets)
+        if verdict is not None:
+            return verdict
+        assert self.redis is not None
         try:
             async with asyncio.timeout(policy.redis_timeout_ms / 1000):
                 verdict = await self.redis.decide(buckets)

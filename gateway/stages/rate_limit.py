@@ -28,9 +28,10 @@ keeps its reservation. The request itself always counts.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gateway.context import Headers, Next, Outcome, Reply, RequestContext
@@ -81,8 +82,15 @@ def duration(seconds: float) -> str:
 
 def rfc3339_after(seconds: float) -> str:
     """UTC time ``seconds`` from now, to the second (rounded up), as ``2026-11-24T20:31:05Z``."""
-    at = datetime.now(UTC) + timedelta(seconds=math.ceil(max(0.0, seconds)))
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # As datetime.now(UTC) + timedelta(seconds=ceil(...)) formatted, at a tenth of the cost:
+    # the clock's whole seconds (floored, as datetime's) plus the rounded-up wait, each
+    # second formatted once.
+    return _utc_second(time.time_ns() // 1_000_000_000 + math.ceil(max(0.0, seconds)))
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def reservation(body: dict[str, Any], raw: bytes, default_completion: int) -> int:
@@ -193,7 +201,14 @@ async def _charge(limiter: RateLimiter, policy: RateLimitPolicy, plan: _Plan, to
                   ) -> tuple[Verdict, Headers, RateLimited | None]:
     """Charge ``plan``'s buckets (all or none), note it in ``rec``; the verdict, the
     headers that say it, and the 429 when refused."""
-    verdict = await limiter.check(plan.buckets, policy)
+    verdict = limiter.check_here(plan.buckets)
+    if verdict is None:
+        verdict = await limiter.check(plan.buckets, policy)
+    return _noted(plan, verdict, tokens, rec, anthropic)
+
+
+def _noted(plan: _Plan, verdict: Verdict, tokens: int, rec: RequestRecord, anthropic: bool
+           ) -> tuple[Verdict, Headers, RateLimited | None]:
     rec.rate_limit = verdict.store
     refusal = None
     if not verdict.allowed:
@@ -224,8 +239,14 @@ class RateLimitStage:
         plan, tokens = self.plan(ctx)
         if not plan.buckets:
             return await call_next(ctx)
-        verdict, headers, refusal = await _charge(self.limiter, self.policy, plan, tokens,
-                                                  ctx.record, ctx.api.name == "anthropic")
+        # Decided here when no Redis round trip is needed: no coroutine for it.
+        anthropic = ctx.api.name == "anthropic"
+        verdict = self.limiter.check_here(plan.buckets)
+        if verdict is None:
+            verdict, headers, refusal = await _charge(self.limiter, self.policy, plan, tokens,
+                                                      ctx.record, anthropic)
+        else:
+            verdict, headers, refusal = _noted(plan, verdict, tokens, ctx.record, anthropic)
         ctx.response_headers += headers
         if refusal is not None:
             raise refusal
