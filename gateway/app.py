@@ -37,7 +37,7 @@ from gateway.errors import (
     error_body,
 )
 from gateway.formats import anthropic
-from gateway.formats.apis import ANTHROPIC
+from gateway.formats.apis import ANTHROPIC, RESPONSES
 from gateway.passthrough import Passthrough
 from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.state import Gateway
@@ -171,6 +171,7 @@ def create_app(
         "/v1/embeddings": ModelEndpoint(gw, "embeddings", "/embeddings"),
         "/v1/messages": ModelEndpoint(gw, "chat", "/v1/messages", ANTHROPIC, "/v1/messages"),
         "/v1/messages/count_tokens": CountTokensEndpoint(gw),
+        "/v1/responses": ModelEndpoint(gw, "chat", "/responses", RESPONSES, "/v1/responses"),
     }
     # The series the dashboard and the alert rules read, at 0 before any traffic.
     gw.metrics.start_at_zero(

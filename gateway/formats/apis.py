@@ -4,6 +4,8 @@ functions, so the endpoint and the stages serve either without knowing which.
 - ``OPENAI``: Chat Completions (and completions, embeddings) on ``/v1/...``
   (:mod:`gateway.formats.openai`, :mod:`gateway.formats.openai_stream`).
 - ``ANTHROPIC``: Messages on ``/v1/messages`` (:mod:`gateway.formats.anthropic`).
+- ``RESPONSES``: OpenAI Responses on ``/v1/responses`` (:mod:`gateway.formats.responses`),
+  served by OpenAI-style upstreams through their chat endpoint.
 
 A request keeps its caller's format end to end; it is translated only on its way to an
 upstream speaking the other one, and the answer back (:mod:`gateway.formats.bridge`).
@@ -16,14 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from gateway.errors import GatewayError
-from gateway.formats import anthropic, openai
+from gateway.formats import anthropic, openai, responses, responses_stream
 from gateway.formats.answer import Answer
 from gateway.formats.openai import RequestKind
 from gateway.formats.openai_stream import StreamObserver
 
-__all__ = ["ANTHROPIC", "APIS", "OPENAI", "ApiFormat", "Collector", "Observer"]
+__all__ = ["ANTHROPIC", "APIS", "OPENAI", "RESPONSES", "ApiFormat", "Collector", "Observer"]
 
-ApiName = Literal["openai", "anthropic"]
+ApiName = Literal["openai", "anthropic", "responses"]
 
 
 class Observer(Protocol):
@@ -117,4 +119,19 @@ ANTHROPIC = ApiFormat(
     id_prefix="msg_cache_",
 )
 
-APIS: dict[str, ApiFormat] = {"openai": OPENAI, "anthropic": ANTHROPIC}
+RESPONSES = ApiFormat(
+    name="responses",
+    parse_request=lambda raw, kind: responses.parse_request(raw),
+    error_status=_status,
+    error_body=openai.error_body,
+    error_event=responses_stream.error_event,
+    observer=responses_stream.StreamObserver,
+    answer_of=responses.answer_from_response,
+    collector=responses_stream.AnswerCollector,
+    answer_body=lambda answer, id_: responses.response_body(answer),
+    answer_events=responses_stream.response_events,
+    chat_view=responses.chat_view,
+    id_prefix="chatcmpl-cache-",
+)
+
+APIS: dict[str, ApiFormat] = {"openai": OPENAI, "anthropic": ANTHROPIC, "responses": RESPONSES}

@@ -3,6 +3,7 @@ table of the two directions, each a :class:`Bridge` from a client API to an upst
 
     ("openai", "anthropic")   :class:`~gateway.formats.openai_to_anthropic.OpenAIToAnthropic`
     ("anthropic", "openai")   :class:`~gateway.formats.anthropic_to_openai.AnthropicToOpenAI`
+    ("responses", "openai")   :class:`~gateway.formats.responses_to_openai.ResponsesToOpenAI`
 
 A direction gives the upstream path, the request body translated for the target model, and
 the answer translated back, whole (``response``, ``error``: from the upstream's body as
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from gateway.errors import InvalidRequest
 from gateway.formats.anthropic_to_openai import AnthropicToOpenAI
 from gateway.formats.openai_to_anthropic import OpenAIToAnthropic
+from gateway.formats.responses_to_openai import ResponsesToOpenAI
 from gateway.formats.translator import Translator
 
 __all__ = ["Bridge", "TranslatedStream", "bridge"]
@@ -59,6 +61,7 @@ class Bridge(Protocol):
 _DIRECTIONS: dict[tuple[str, str], Bridge] = {
     ("openai", "anthropic"): OpenAIToAnthropic(),
     ("anthropic", "openai"): AnthropicToOpenAI(),
+    ("responses", "openai"): ResponsesToOpenAI(),
 }
 
 
@@ -67,6 +70,10 @@ def bridge(client: str, upstream: str, kind: str) -> Bridge | None:
     an endpoint that has no counterpart upstream."""
     if client == upstream:
         return None
+    if (client, upstream) not in _DIRECTIONS:
+        raise InvalidRequest(f"/v1/responses is not yet available for this model: it is "
+                             f"served by an {upstream.capitalize()} upstream",
+                             code="unsupported_endpoint")
     if kind != "chat":
         raise InvalidRequest(f"/v1/{kind} is not available for this model: it is served by "
                              f"an {upstream.capitalize()} upstream, which has no such endpoint",

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.errors import GatewayError
 from gateway.formats.answer import Answer
 from gateway.formats.openai import completion_events
 from gateway.formats.responses import answer_from_response
 from gateway.formats.responses_to_openai.stream import ResponsesStreamFromChat
 from gateway.formats.translator import load_object
-from llm_wire.sse import EventReader, cut_events
+from llm_wire.sse import EventReader, cut_events, json_event
 
-__all__ = ["AnswerCollector", "StreamObserver", "response_events"]
+__all__ = ["AnswerCollector", "StreamObserver", "error_event", "response_events"]
 
 _END = {"response.completed": "stop", "response.incomplete": "length"}
 
@@ -118,3 +119,10 @@ def response_events(answer: Answer, body: dict[str, Any], id_: str) -> bytes:
     it is already complete)."""
     translator = ResponsesStreamFromChat(body)
     return translator.feed(completion_events(answer, True, id_)) + translator.flush()
+
+
+def error_event(error: GatewayError) -> bytes:
+    """``error`` as a Responses stream's ``error`` event (the openai SDK raises on it)."""
+    inner = error.as_dict()
+    return json_event({"type": "error", "sequence_number": 0, "code": inner.get("code"),
+                       "message": inner.get("message"), "param": inner.get("param")}, "error")

@@ -32,7 +32,7 @@ from tests.deploy.test_metric_names import (
 from tests.gateway.routing.test_routing import routing_policy
 
 ROUTES = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages",
-          "/v1/messages/count_tokens"}
+          "/v1/messages/count_tokens", "/v1/responses"}
 #: The configured models' targets' models (what ``model`` labels: the served model).
 MODELS = {"fake-upstream-model", "x", "backup-model", "s", "k", "small-upstream",
           "large-upstream", "never"}
@@ -138,8 +138,8 @@ def test_a_fresh_gateway_has_a_zero_series_for_each_label_value_it_knows(
     assert all(s.value == 0 for s in found if s.name == "gateway_breaker_state")  # closed
     # Counters are the cross product of the known values; histograms only by the label the
     # dashboard groups them by (the duration: per route, model "none").
-    assert len([s for s in found if s.name == "gateway_requests_total"]) == 5 * 8
-    assert len([s for s in found if s.name == "gateway_errors_total"]) == 5 * 8
+    assert len([s for s in found if s.name == "gateway_requests_total"]) == len(ROUTES) * 8
+    assert len([s for s in found if s.name == "gateway_errors_total"]) == len(ROUTES) * 8
     assert {(s.labels["route"], s.labels["model"]) for s in found
             if s.name == "gateway_request_duration_seconds_count"} == {
         (route, "none") for route in ROUTES}

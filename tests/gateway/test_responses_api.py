@@ -1,0 +1,74 @@
+"""/v1/responses through the gateway, with the official openai SDK as the client, served by
+an OpenAI-style upstream through its chat endpoint (the fake upstream here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import openai
+import orjson
+import pytest
+
+from gateway.testing.fake_upstream import FakeUpstream
+from tests.conftest import GatewayServer
+from tests.gateway.cache.test_cache_gateway import CACHE_POLICY, MEMORY, bag_of_words, stored
+
+
+def sdk(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0)
+
+
+def test_a_response_is_answered_through_the_chat_endpoint(gw: GatewayServer,
+                                                          fake: FakeUpstream) -> None:
+    with sdk(gw) as client:
+        r = client.responses.create(model="fake-model", input="Say hi.",
+                                    instructions="Be brief.", max_output_tokens=20)
+    assert r.status == "completed" and r.output_text == "w0 w1 w2 w3 w4 w5 w6 w7"
+    assert r.usage is not None and r.usage.output_tokens > 0
+    [sent] = fake.records
+    assert sent.path == "/v1/chat/completions"
+    body = orjson.loads(sent.body)
+    assert body["messages"] == [{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": "Say hi."}]
+    assert body["max_tokens"] == 20
+    log = gw.logged(1)[-1]
+    assert (log["route"], log["api"], log["status"]) == ("/v1/responses", "responses", 200)
+
+
+def test_a_response_streams_as_typed_events(gw: GatewayServer, fake: FakeUpstream) -> None:
+    with sdk(gw) as client, client.responses.stream(model="fake-model", input="Hi") as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds.count("response.output_text.delta") == 8
+    assert final.output_text == "w0 w1 w2 w3 w4 w5 w6 w7"
+
+
+def test_a_bad_request_is_a_400_in_openai_shape(gw: GatewayServer, fake: FakeUpstream) -> None:
+    with sdk(gw) as client:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model="fake-model", input="x",
+                                    tools=[{"type": "web_search"}])
+        assert err.value.body is not None and "web_search" in str(err.value.body)
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(model="fake-model", input=3)  # type: ignore[arg-type]
+    assert fake.records == []
+
+
+def test_a_chat_clients_cached_answer_serves_a_responses_client(
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
+    gw = make_gateway(MEMORY, policy=CACHE_POLICY, embed=bag_of_words)
+    with sdk(gw) as client:
+        chat = client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "What is 2 + 2?"}])
+        stored(gw)
+        r = client.responses.with_raw_response.create(model="fake-model",
+                                                      input="What is 2 + 2?")
+        streamed = client.responses.create(model="fake-model", input="What is 2 + 2?",
+                                           stream=True)
+        events = list(streamed)
+    assert r.headers["x-cache"] == "hit"
+    assert r.parse().output_text == chat.choices[0].message.content
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == chat.choices[0].message.content
+    assert len(fake.records) == 1
