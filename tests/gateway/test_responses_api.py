@@ -72,3 +72,27 @@ def test_a_chat_clients_cached_answer_serves_a_responses_client(
     assert events[-1].type == "response.completed"
     assert events[-1].response.output_text == chat.choices[0].message.content
     assert len(fake.records) == 1
+
+
+def test_a_function_tool_round_trip(gw: GatewayServer, fake: FakeUpstream) -> None:
+    tools = [{"type": "function", "name": "weather", "description": "The weather in a city.",
+              "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+              "strict": False}]
+    with sdk(gw) as client:
+        first = client.responses.with_raw_response.create(
+            model="fake-model", input="Weather in Paris?", tools=tools,  # type: ignore[arg-type]
+            extra_headers={"x-fake-tool": "1"}).parse()
+        [call] = first.output
+        assert call.type == "function_call" and call.name == "weather"
+        assert call.arguments == '{"x": 1}' or orjson.loads(call.arguments) == {"x": 1}
+        second = client.responses.create(
+            model="fake-model", tools=tools, input=[  # type: ignore[arg-type]
+                {"role": "user", "content": "Weather in Paris?"},
+                {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                 "arguments": call.arguments},
+                {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"}])
+    assert second.output_text == "w0 w1 w2 w3 w4 w5 w6 w7"
+    sent = orjson.loads(fake.records[-1].body)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    assert sent["messages"][1]["tool_calls"][0]["id"] == call.call_id
+    assert sent["tools"][0]["function"]["name"] == "weather"
