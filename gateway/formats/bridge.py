@@ -4,6 +4,7 @@ table of the two directions, each a :class:`Bridge` from a client API to an upst
     ("openai", "anthropic")   :class:`~gateway.formats.openai_to_anthropic.OpenAIToAnthropic`
     ("anthropic", "openai")   :class:`~gateway.formats.anthropic_to_openai.AnthropicToOpenAI`
     ("responses", "openai")   :class:`~gateway.formats.responses_to_openai.ResponsesToOpenAI`
+    ("responses", "anthropic") :class:`~gateway.formats.responses_to_anthropic.ResponsesToAnthropic`
 
 A direction gives the upstream path, the request body translated for the target model, and
 the answer translated back, whole (``response``, ``error``: from the upstream's body as
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 from gateway.errors import InvalidRequest
 from gateway.formats.anthropic_to_openai import AnthropicToOpenAI
 from gateway.formats.openai_to_anthropic import OpenAIToAnthropic
+from gateway.formats.responses_to_anthropic import ResponsesToAnthropic
 from gateway.formats.responses_to_openai import ResponsesToOpenAI
 from gateway.formats.translator import Translator
 
@@ -62,6 +64,7 @@ _DIRECTIONS: dict[tuple[str, str], Bridge] = {
     ("openai", "anthropic"): OpenAIToAnthropic(),
     ("anthropic", "openai"): AnthropicToOpenAI(),
     ("responses", "openai"): ResponsesToOpenAI(),
+    ("responses", "anthropic"): ResponsesToAnthropic(),
 }
 
 

@@ -58,7 +58,8 @@ def load_object(data: bytes) -> dict[str, Any] | None:
 class Translator(Protocol):
     """A stream translator as the bridge drives it (see :class:`EventTranslator`)."""
 
-    done: bool
+    @property
+    def done(self) -> bool: ...
 
     def feed(self, chunk: bytes) -> bytes: ...
 

@@ -1,5 +1,6 @@
 """/v1/responses through the gateway, with the official openai SDK as the client, served by
-an OpenAI-style upstream through its chat endpoint (the fake upstream here)."""
+an OpenAI-style upstream through its chat endpoint (the fake upstream here) and by an
+Anthropic upstream (the fake Anthropic)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import openai
 import orjson
 import pytest
 
+from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.conftest import GatewayServer
 from tests.gateway.cache.test_cache_gateway import CACHE_POLICY, MEMORY, bag_of_words, stored
@@ -96,3 +98,44 @@ def test_a_function_tool_round_trip(gw: GatewayServer, fake: FakeUpstream) -> No
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
     assert sent["messages"][1]["tool_calls"][0]["id"] == call.call_id
     assert sent["tools"][0]["function"]["name"] == "weather"
+
+
+# -- served by an Anthropic upstream: Responses -> chat -> Messages, and back ----------------
+
+ANTHROPIC_KEY_ENV = "GATEWAY_TEST_RESPONSES_ANTHROPIC_KEY"
+
+
+@pytest.fixture
+def with_claude(make_gateway: Callable[..., GatewayServer],
+                claude_server: tuple[FakeAnthropic, str],
+                monkeypatch: pytest.MonkeyPatch) -> tuple[GatewayServer, FakeAnthropic]:
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
+    app, url = claude_server
+    app.clear()
+    gw = make_gateway(f"""
+[upstreams.claude]
+type = "anthropic"
+base_url = "{url}"
+api_key_env = "{ANTHROPIC_KEY_ENV}"
+
+[models.claude]
+targets = [{{ upstream = "claude", model = "claude-upstream" }}]
+""")
+    return gw, app
+
+
+def test_an_anthropic_upstream_serves_a_response(
+        with_claude: tuple[GatewayServer, FakeAnthropic]) -> None:
+    gw, claude = with_claude
+    with sdk(gw) as client:
+        r = client.responses.create(model="claude", input="Say hi", instructions="Be brief.")
+        with client.responses.stream(model="claude", input="Say hi") as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+    assert r.status == "completed" and r.output_text == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
+    assert r.usage is not None and r.usage.output_tokens > 0
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert final.output_text == r.output_text
+    sent = orjson.loads(claude.records[0].body)
+    assert sent["system"] == "Be brief." and sent["messages"][0]["role"] == "user"
+    assert sent["model"] == "claude-upstream" and sent["max_tokens"] > 0
