@@ -102,6 +102,19 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
                                     messages=[{"role": "user", "content": "hello"}]) as events:
             assert "".join(events.text_stream) == m.content[0].text
             assert events.get_final_message().usage.output_tokens == m.usage.output_tokens
+        # A Responses client too (translated to chat and back), whole and streamed.
+        resp = client.responses.create(model="tiny", input="hello", max_output_tokens=5,
+                                       temperature=0)
+        assert resp.output_text == r.choices[0].message.content
+        assert resp.status in ("completed", "incomplete")
+        streamed = list(client.responses.create(model="tiny", input="hello", stream=True,
+                                                max_output_tokens=5, temperature=0))
+        assert streamed[0].type == "response.created"
+        last = streamed[-1]  # incomplete when the 5 tokens ran out (no stop token)
+        assert last.type in ("response.completed", "response.incomplete")
+        assert last.response.status == resp.status
+        assert "".join(e.delta for e in streamed if e.type == "response.output_text.delta") \
+            == resp.output_text
         # One scrape target: the engine's own metrics, labelled with its upstream.
         metrics = httpx.get(srv.url + "/metrics").text
         assert 'engine_requests_finished_total{reason="length",upstream="engine"}' in metrics \
