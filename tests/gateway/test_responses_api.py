@@ -4,6 +4,7 @@ Anthropic upstream (the fake Anthropic)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import openai
@@ -139,3 +140,20 @@ def test_an_anthropic_upstream_serves_a_response(
     sent = orjson.loads(claude.records[0].body)
     assert sent["system"] == "Be brief." and sent["messages"][0]["role"] == "user"
     assert sent["model"] == "claude-upstream" and sent["max_tokens"] > 0
+
+
+def test_a_client_that_leaves_mid_stream_cancels_the_upstream(gw: GatewayServer,
+                                                               fake: FakeUpstream) -> None:
+    async def go() -> None:
+        async with openai.AsyncOpenAI(base_url=gw.v1, api_key="k", max_retries=0) as c:
+            stream = await c.responses.create(
+                model="fake-model", input="Count to 500.", stream=True,
+                extra_headers={"x-fake-tokens": "500", "x-fake-itl-ms": "20"})
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    break
+            await stream.close()
+    asyncio.run(go())
+    fake.wait_for(lambda recs: bool(recs) and recs[0].disconnected is not None)
+    [rec] = gw.logged()
+    assert rec["cancelled"] is True and rec["api"] == "responses"
