@@ -156,14 +156,22 @@ class Limiter:
         if long:
             self.long_in_flight += 1
 
-    async def acquire(self, priority: str = "normal", long: bool = False) -> Slot:
-        """A slot, now or after queueing; raises Shed when waiting would take too long."""
-        rank = PRIORITY_RANK.get(priority, 1)
+    def try_acquire(self, long: bool = False) -> Slot | None:
+        """A slot now, if one is free and no waiter could take it; else None (then
+        :meth:`acquire`, which queues). Without a coroutine: most requests find a slot."""
         if self._queue:
             self._wake()  # after it, a free slot means no waiter could take it
         if self._can_run(long):
             self._take(long)
             return Slot(self, long, 0.0)
+        return None
+
+    async def acquire(self, priority: str = "normal", long: bool = False) -> Slot:
+        """A slot, now or after queueing; raises Shed when waiting would take too long."""
+        slot = self.try_acquire(long)
+        if slot is not None:
+            return slot
+        rank = PRIORITY_RANK.get(priority, 1)
         policy = self.policy
         depth = self.queue_depth
         expected_ms = (depth + 1) / max(self.limit, 1.0) * self.service_ms

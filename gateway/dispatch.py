@@ -216,11 +216,13 @@ class Dispatcher:
                 continue
             slot: Slot | None = None
             if ticket is not None:  # admission control is on
-                try:
-                    slot = await guard.limiter.acquire(ticket.priority, ticket.long)
-                except Shed as exc:
-                    shed = exc
-                    continue
+                slot = guard.limiter.try_acquire(ticket.long)
+                if slot is None:
+                    try:
+                        slot = await guard.limiter.acquire(ticket.priority, ticket.long)
+                    except Shed as exc:
+                        shed = exc
+                        continue
                 if slot.waited_ms:
                     ctx.queue_ms = round(ctx.queue_ms + slot.waited_ms, 3)
             if ctx.upstream_started is None:

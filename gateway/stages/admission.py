@@ -65,7 +65,13 @@ def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Headers, size: 
                 priority = v.decode("latin-1").strip().lower()
         if priority not in PRIORITY_RANK:
             priority = "normal"
-    return Ticket(priority, size > policy.long_prompt_bytes)
+    return _TICKETS[priority, size > policy.long_prompt_bytes]
+
+
+#: The tickets there can be, made once (a Ticket is immutable; a frozen dataclass is slow to
+#: make, and every request gets one).
+_TICKETS = {(priority, long): Ticket(priority, long) for priority in PRIORITY_RANK
+            for long in (False, True)}
 
 
 class AdmissionStage:
@@ -97,7 +103,8 @@ class AdmissionStage:
         try:
             limiter = self.model_limiters.get(ctx.target, policy)
             if limiter is not None and ctx.ticket is not None:
-                slot = await limiter.acquire(ctx.ticket.priority, ctx.ticket.long)
+                slot = limiter.try_acquire(ctx.ticket.long) \
+                    or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long)
             reply = await call_next(ctx)
         except BaseException:
             if slot is not None:
