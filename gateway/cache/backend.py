@@ -42,6 +42,10 @@ class Entry:
 class Backend(abc.ABC):
     """Every call may raise; the cache stage turns failures and slow calls into a bypass."""
 
+    #: Its calls never wait on I/O (they end at their first step): no timeout is set on
+    #: them, which would cost more than the call itself.
+    in_process = False
+
     @abc.abstractmethod
     async def get_exact(self, exact: str, namespace: str) -> Entry | None:
         """The entry stored under this exact key, unless expired."""
@@ -102,6 +106,8 @@ class _Scope:
 class MemoryBackend(Backend):
     """In-process: per-scope brute-force cosine (a matrix-vector product), LRU eviction
     past ``max_entries`` or ``max_bytes``, expiry checked on read and on eviction."""
+
+    in_process = True
 
     def __init__(self, max_entries: int = 100_000, max_bytes: int = 512 * 2**20,
                  clock: Callable[[], float] | None = None):
