@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import orjson
 
 from llm_wire.sse import Event, EventReader
 
-__all__ = ["INVALID_EVENT", "EventTranslator", "Translator", "load_object", "tool_use_id"]
+__all__ = ["INVALID_EVENT", "EventTranslator", "Translator", "chunk_pieces", "load_object",
+           "tool_use_id"]
 
 #: The message of the error event that replaces an upstream event that cannot be read.
 INVALID_EVENT = "upstream sent an invalid stream event"
@@ -53,6 +55,25 @@ def load_object(data: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def chunk_pieces(chunk: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """What a ``chat.completion.chunk`` (parsed) says for choice 0, in order: ``("text",
+    str)`` per non-empty content piece, ``("tool", dict)`` per tool call delta, ``("finish",
+    str)``. Other choices (n > 1), ``refusal`` and ``reasoning_content`` are left out."""
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content")
+            if text and isinstance(text, str):
+                yield "text", text
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    yield "tool", call
+        if choice.get("finish_reason"):
+            yield "finish", str(choice["finish_reason"])
 
 
 class Translator(Protocol):

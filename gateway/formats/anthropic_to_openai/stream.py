@@ -16,7 +16,13 @@ from typing import Any
 
 from gateway.formats.anthropic import stop_reason_of
 from gateway.formats.anthropic_to_openai.answer import usage_from_openai
-from gateway.formats.translator import INVALID_EVENT, EventTranslator, load_object, tool_use_id
+from gateway.formats.translator import (
+    INVALID_EVENT,
+    EventTranslator,
+    chunk_pieces,
+    load_object,
+    tool_use_id,
+)
 from llm_wire.sse import json_event
 
 __all__ = ["AnthropicStreamFromOpenAI"]
@@ -92,19 +98,13 @@ class AnthropicStreamFromOpenAI(EventTranslator):
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._usage = usage_from_openai(usage)
-        for choice in obj.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                text = delta.get("content")
-                if text and isinstance(text, str):
-                    out.append(self._text(text))
-                for call in delta.get("tool_calls") or ():
-                    if isinstance(call, dict):
-                        out.append(self._tool(call))
-            if choice.get("finish_reason"):
-                self._finish = str(choice["finish_reason"])
+        for kind, piece in chunk_pieces(obj):
+            if kind == "text":
+                out.append(self._text(piece))
+            elif kind == "tool":
+                out.append(self._tool(piece))
+            else:
+                self._finish = piece
         return b"".join(out)
 
     def _start(self, chunk: dict[str, Any]) -> bytes:

@@ -32,7 +32,7 @@ from typing import Any
 
 from gateway.formats.answer import Answer
 from gateway.formats.responses import response_object
-from gateway.formats.translator import INVALID_EVENT, EventTranslator, load_object
+from gateway.formats.translator import INVALID_EVENT, EventTranslator, chunk_pieces, load_object
 from llm_wire.sse import json_event
 
 __all__ = ["ResponsesStreamFromChat"]
@@ -95,19 +95,13 @@ class ResponsesStreamFromChat(EventTranslator):
                 "in_progress")}))
         if isinstance(obj.get("usage"), dict):
             self._usage = obj["usage"]
-        for choice in obj.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                text = delta.get("content")
-                if text and isinstance(text, str):
-                    out.append(self._text(text))
-                for call in delta.get("tool_calls") or ():
-                    if isinstance(call, dict):
-                        out.append(self._tool(call))
-            if choice.get("finish_reason"):
-                self._finish = str(choice["finish_reason"])
+        for kind, piece in chunk_pieces(obj):
+            if kind == "text":
+                out.append(self._text(piece))
+            elif kind == "tool":
+                out.append(self._tool(piece))
+            else:
+                self._finish = piece
         return b"".join(out)
 
     def _add(self, item: dict[str, Any]) -> bytes:
