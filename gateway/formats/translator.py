@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 import orjson
 
 from llm_wire.sse import Event, EventReader
 
-__all__ = ["INVALID_EVENT", "EventTranslator", "Translator", "chunk_pieces", "load_object",
+__all__ = ["INVALID_EVENT", "ChunkTranslator", "EventTranslator", "Translator", "load_object",
            "tool_use_id"]
 
 #: The message of the error event that replaces an upstream event that cannot be read.
@@ -55,25 +54,6 @@ def load_object(data: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def chunk_pieces(chunk: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """What a ``chat.completion.chunk`` (parsed) says for choice 0, in order: ``("text",
-    str)`` per non-empty content piece, ``("tool", dict)`` per tool call delta, ``("finish",
-    str)``. Other choices (n > 1), ``refusal`` and ``reasoning_content`` are left out."""
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            text = delta.get("content")
-            if text and isinstance(text, str):
-                yield "text", text
-            for call in delta.get("tool_calls") or ():
-                if isinstance(call, dict):
-                    yield "tool", call
-        if choice.get("finish_reason"):
-            yield "finish", str(choice["finish_reason"])
 
 
 class Translator(Protocol):
@@ -123,4 +103,76 @@ class EventTranslator:
         return b"".join(out)
 
     def _event(self, name: str | None, data: bytes) -> bytes:
+        raise NotImplementedError
+
+
+class ChunkTranslator(EventTranslator):
+    """The base of the translators that read an OpenAI-style upstream's
+    ``chat.completion.chunk`` events (into Anthropic's events, into Responses' events).
+
+    It reads each event once: ``[DONE]`` -> ``_end()``; an event that is not a JSON object
+    -> ``_fail(_invalid_type, INVALID_EVENT)``; an error (an ``error`` event, ``{"error":
+    ...}``, or vLLM's ``{"object": "error", ...}``) -> ``_error(obj)``; otherwise the first
+    chunk -> ``_start(chunk)`` (which sets ``_started``), a usage object ->
+    ``_take_usage(usage)``, and for choice 0 each content piece -> ``_text(text)``, each tool
+    call delta -> ``_tool(call)``, its ``finish_reason`` into ``_finish``. Other choices
+    (n > 1), empty content, ``refusal`` and ``reasoning_content`` deltas are dropped."""
+
+    __slots__ = ("_finish", "_started")
+    #: The error type or code reported for an event that cannot be read.
+    _invalid_type = "api_error"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._started = False
+        self._finish: str | None = None
+
+    def _event(self, name: str | None, data: bytes) -> bytes:
+        if data == b"[DONE]":
+            return self._end()
+        if not data:
+            return b""
+        obj = load_object(data)
+        if obj is None:
+            return self._fail(self._invalid_type, INVALID_EVENT)
+        if name == "error" or obj.get("error") or obj.get("object") == "error":
+            return self._error(obj)
+        out = [] if self._started else [self._start(obj)]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._take_usage(usage)
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                text = delta.get("content")
+                if text and isinstance(text, str):
+                    out.append(self._text(text))
+                for call in delta.get("tool_calls") or ():
+                    if isinstance(call, dict):
+                        out.append(self._tool(call))
+            if choice.get("finish_reason"):
+                self._finish = str(choice["finish_reason"])
+        return b"".join(out)
+
+    def _start(self, chunk: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def _take_usage(self, usage: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _text(self, text: str) -> bytes:
+        raise NotImplementedError
+
+    def _tool(self, call: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def _end(self) -> bytes:
+        raise NotImplementedError
+
+    def _error(self, obj: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def _fail(self, type_: str, message: str) -> bytes:
         raise NotImplementedError

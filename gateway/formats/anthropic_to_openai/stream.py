@@ -16,13 +16,7 @@ from typing import Any
 
 from gateway.formats.anthropic import stop_reason_of
 from gateway.formats.anthropic_to_openai.answer import usage_from_openai
-from gateway.formats.translator import (
-    INVALID_EVENT,
-    EventTranslator,
-    chunk_pieces,
-    load_object,
-    tool_use_id,
-)
+from gateway.formats.translator import ChunkTranslator, tool_use_id
 from llm_wire.sse import json_event
 
 __all__ = ["AnthropicStreamFromOpenAI"]
@@ -36,7 +30,7 @@ _ANTHROPIC_ERRORS = frozenset({
 })
 
 
-class AnthropicStreamFromOpenAI(EventTranslator):
+class AnthropicStreamFromOpenAI(ChunkTranslator):
     """OpenAI ``chat.completion.chunk`` events in, Anthropic Messages events out.
 
     ``model``: the model name to report (None: the upstream's). Every event carries its
@@ -61,51 +55,31 @@ class AnthropicStreamFromOpenAI(EventTranslator):
     - an error (``{"error": {...}}``) -> ``event: error`` with ``{"type": "error", "error":
       {"type", "message"}}`` (an OpenAI type that Anthropic lacks becomes ``api_error``).
 
-    Choices other than index 0 (n > 1 has no Anthropic form), empty content, ``refusal`` and
-    ``reasoning_content`` deltas are dropped. A stream without ``[DONE]`` gets no
+    How a chunk is read (choice 0 only: n > 1 has no Anthropic form):
+    :class:`~gateway.formats.translator.ChunkTranslator`. A stream without ``[DONE]`` gets no
     ``message_stop``, even after a ``finish_reason`` (OpenAI-compatible servers send it).
     """
 
-    __slots__ = ("_finish", "_model", "_next", "_open", "_open_text", "_started", "_tools",
-                 "_usage")
+    __slots__ = ("_model", "_next", "_open", "_open_text", "_tools", "_usage")
 
     def __init__(self, model: str | None = None) -> None:
         super().__init__()
         self._model = model
-        self._started = False
         self._next = 0  # the next content block's index
         self._open: int | None = None  # the open block's index
         self._open_text = False
         self._tools: dict[Any, int] = {}  # OpenAI tool call index -> block index
-        self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
 
-    def _event(self, name: str | None, data: bytes) -> bytes:
-        if data == b"[DONE]":
-            return self._end()
-        if not data:
-            return b""
-        obj = load_object(data)
-        if obj is None:
-            return self._fail("api_error", INVALID_EVENT)
-        if name == "error" or obj.get("error") or obj.get("object") == "error":
-            error = obj.get("error") or obj
-            error = error if isinstance(error, dict) else {"message": str(error)}
-            type_ = error.get("type")
-            return self._fail(type_ if type_ in _ANTHROPIC_ERRORS else "api_error",
-                              str(error.get("message") or "upstream error"))
-        out = [] if self._started else [self._start(obj)]
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self._usage = usage_from_openai(usage)
-        for kind, piece in chunk_pieces(obj):
-            if kind == "text":
-                out.append(self._text(piece))
-            elif kind == "tool":
-                out.append(self._tool(piece))
-            else:
-                self._finish = piece
-        return b"".join(out)
+    def _error(self, obj: dict[str, Any]) -> bytes:
+        error = obj.get("error") or obj
+        error = error if isinstance(error, dict) else {"message": str(error)}
+        type_ = error.get("type")
+        return self._fail(type_ if type_ in _ANTHROPIC_ERRORS else "api_error",
+                          str(error.get("message") or "upstream error"))
+
+    def _take_usage(self, usage: dict[str, Any]) -> None:
+        self._usage = usage_from_openai(usage)
 
     def _start(self, chunk: dict[str, Any]) -> bytes:
         self._started = True

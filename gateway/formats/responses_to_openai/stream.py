@@ -32,30 +32,28 @@ from typing import Any
 
 from gateway.formats.answer import Answer
 from gateway.formats.responses import response_object
-from gateway.formats.translator import INVALID_EVENT, EventTranslator, chunk_pieces, load_object
+from gateway.formats.translator import ChunkTranslator
 from llm_wire.sse import json_event
 
 __all__ = ["ResponsesStreamFromChat"]
 
 
-class ResponsesStreamFromChat(EventTranslator):
+class ResponsesStreamFromChat(ChunkTranslator):
     """Chat Completions chunks in, Responses events out; ``request``: the Responses request
     (its settings are echoed in the response objects)."""
 
-    __slots__ = ("_finish", "_id", "_items", "_model", "_open", "_request", "_seq",
-                 "_started", "_tools", "_usage")
+    __slots__ = ("_id", "_items", "_model", "_open", "_request", "_seq", "_tools", "_usage")
+    _invalid_type = "upstream_error"
 
     def __init__(self, request: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._request = request or {}
         self._id = "resp_" + uuid.uuid4().hex
         self._seq = 0
-        self._started = False
         self._model = ""
         self._items: list[dict[str, Any]] = []  # output items so far, in order
         self._open: dict[str, Any] | None = None  # the item being streamed
         self._tools: dict[Any, dict[str, Any]] = {}  # chat tool call index -> its item
-        self._finish: str | None = None
         self._usage: dict[str, Any] = {}
 
     def _emit(self, kind: str, fields: dict[str, Any]) -> bytes:
@@ -72,37 +70,20 @@ class ResponsesStreamFromChat(EventTranslator):
             obj["usage"] = None
         return obj
 
-    def _event(self, name: str | None, data: bytes) -> bytes:
-        if data == b"[DONE]":
-            return self._end()
-        if not data:
-            return b""
-        obj = load_object(data)
-        if obj is None:
-            return self._fail("upstream_error", INVALID_EVENT)
-        if name == "error" or obj.get("error"):
-            inner = obj.get("error")
-            error: dict[str, Any] = inner if isinstance(inner, dict) else obj
-            return self._fail(str(error.get("code") or error.get("type") or "upstream_error"),
-                              str(error.get("message") or "upstream error"))
-        out = []
-        if not self._started:
-            self._started = True
-            self._model = str(obj.get("model") or "")
-            out.append(self._emit("response.created", {"response": self._response(
-                "in_progress")}))
-            out.append(self._emit("response.in_progress", {"response": self._response(
-                "in_progress")}))
-        if isinstance(obj.get("usage"), dict):
-            self._usage = obj["usage"]
-        for kind, piece in chunk_pieces(obj):
-            if kind == "text":
-                out.append(self._text(piece))
-            elif kind == "tool":
-                out.append(self._tool(piece))
-            else:
-                self._finish = piece
-        return b"".join(out)
+    def _error(self, obj: dict[str, Any]) -> bytes:
+        inner = obj.get("error")
+        error: dict[str, Any] = inner if isinstance(inner, dict) else obj
+        return self._fail(str(error.get("code") or error.get("type") or "upstream_error"),
+                          str(error.get("message") or "upstream error"))
+
+    def _start(self, chunk: dict[str, Any]) -> bytes:
+        self._started = True
+        self._model = str(chunk.get("model") or "")
+        return self._emit("response.created", {"response": self._response("in_progress")}) \
+            + self._emit("response.in_progress", {"response": self._response("in_progress")})
+
+    def _take_usage(self, usage: dict[str, Any]) -> None:
+        self._usage = usage
 
     def _add(self, item: dict[str, Any]) -> bytes:
         out = self._close()
