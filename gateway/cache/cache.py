@@ -4,13 +4,14 @@ it is :mod:`gateway.stages.cache`.)
 A lookup has two steps. :meth:`ResponseCache.lookup`: eligibility (policy, ``Cache-Control:
 no-cache``) and the exact layer (no embedding needed). :meth:`ResponseCache.semantic`, when
 the exact layer missed: embed the last user message (one embedding per request, shared
-with later stages through ``ctx.embeddings``), take the nearest entries of the same scope, and
-serve the first that keeps the contract (:mod:`gateway.cache.contract`: numbers, negation,
-names, direction) and that the error bound serves (:mod:`gateway.cache.bound`: the chance
-its answer is wrong within ``max_error_rate``; with 0 there, the route's static operating
-point instead). A request that goes upstream although it had a candidate teaches the bound:
-after it is answered, its answer is compared with the candidate's
-(:mod:`gateway.cache.agreement`), in the background. The stage runs the second as a task and decides how long to wait for it. Neither
+with later stages through ``ctx.embeddings``), take the nearest entries of the same scope,
+and serve the first that keeps the contract (:mod:`gateway.cache.contract`: numbers,
+negation, names, direction) and that the error bound serves (:mod:`gateway.cache.bound`:
+the chance its answer is wrong within ``max_error_rate``; with 0 there, the route's static
+operating point instead). A request that goes upstream although it had a candidate teaches
+the bound: after it is answered, its answer is compared with the candidate's
+(:mod:`gateway.cache.agreement`), in the background. The stage runs the second step as a
+task and decides how long to wait for it. Neither
 writes the request's record: the outcome is in the :class:`Lookup`, which the stage copies
 when it knows what the request got. Every backend call is bounded by ``lookup_timeout_ms``;
 a slow or failing backend turns the lookup into a bypass (counted, logged), never an error.
@@ -81,9 +82,9 @@ class Lookup:
     """The outcome of a lookup. ``hit`` is the entry to serve; ``store`` says whether the
     response may be stored afterwards; ``vector`` is the request's embedding (or None).
 
-    ``probe``: the candidate (entry, cosine, verifier score) whose answer the fresh one is to
-    be compared with (the bound's outcome); ``explored``: within the bound, sent upstream to
-    check it. ``group``: the bound's group (the public model).
+    ``probe``: the candidate (entry, cosine, the score the bound reads) whose answer the fresh
+    one is to be compared with (the bound's outcome); ``group``: the bound's group (the
+    public model).
     ``semantic``: the semantic layer is still to run (:meth:`ResponseCache.semantic`);
     ``possible``: it could hit (False when the scope holds no entry: it then only embeds,
     for the store). The log line's fields so far: ``result`` (``hit``, ``miss``,
@@ -97,7 +98,6 @@ class Lookup:
     vector: np.ndarray | None = None
     candidates: list[tuple[Entry, float, float]] = field(default_factory=list)
     probe: tuple[Entry, float, float] | None = None
-    explored: bool = False
     group: str = ""
     max_tokens: int | None = None
     semantic: bool = False
@@ -289,14 +289,15 @@ class ResponseCache:
         for entry, sim, score in result.candidates:
             if sim < floor or not _fits(result, entry):
                 continue
-            decision = bound.decide(result.group, entry.id, sim,
-                                    score if self.verifier is not None else 0.0)
+            # Without a verifier a candidate scores 1.0 (for the static point); the bound
+            # must not read that as certainty.
+            read = score if self.verifier is not None else 0.0
+            decision = bound.decide(result.group, entry.id, sim, read)
             if decision == "serve":
                 return entry
             if result.probe is None or decision == "explore":
-                result.probe = (entry, sim, score)
+                result.probe = (entry, sim, read)
             if decision == "explore":
-                result.explored = True
                 return None
         return None
 
@@ -368,8 +369,7 @@ class ResponseCache:
         finally:
             self.embedding -= 1
         if right is not None:
-            self.bound.learn(result.group, entry.id, sim,
-                             score if self.verifier is not None else 0.0, right)
+            self.bound.learn(result.group, entry.id, sim, score, right)
 
     async def drain(self) -> None:
         """Wait for pending lookups and stores (tests, shutdown)."""
