@@ -36,7 +36,6 @@ entries. Pure: no I/O.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -73,14 +72,15 @@ def _cell(cosine: float, score: float) -> tuple[int, int]:
     return min(_NC - 1, max(0, int((cosine - 0.5) / COS_BIN + 1e-9))), level
 
 
-def _wilson_upper(wrong: float, n: float, sd: float) -> float:
-    """The Wilson score interval's upper end for ``wrong`` of ``n`` (1.0 when n is 0)."""
-    if n <= 0:
-        return 1.0
-    p = min(1.0, wrong / n)
-    d = 1 + sd * sd / n
-    c = p + sd * sd / (2 * n)
-    return min(1.0, (c + sd * math.sqrt(p * (1 - p) / n + sd * sd / (4 * n * n))) / d)
+def _wilson_uppers(wrong: np.ndarray, n: np.ndarray, sd: float) -> np.ndarray:
+    """The Wilson score interval's upper end for ``wrong`` of ``n``, cell by cell (1.0 where
+    n is 0)."""
+    safe = np.maximum(n, 1e-12)
+    p = np.minimum(1.0, wrong / safe)
+    upper = (p + sd * sd / (2 * safe) + sd * np.sqrt(p * (1 - p) / safe
+                                                     + sd * sd / (4 * safe * safe))) / (
+        1 + sd * sd / safe)
+    return np.where(n > 0, np.minimum(1.0, upper), 1.0)
 
 
 def _grid() -> np.ndarray:
@@ -177,31 +177,28 @@ class ErrorBound:
 
     def _quadrant(self, wrong: np.ndarray, total: np.ndarray) -> tuple[int, int]:
         """The served quadrant as (lowest cosine bin, lowest level); (``_NC``, 0), serving
-        nothing, when no quadrant passes."""
+        nothing, when no quadrant passes. Per level, from the top bin down: a bin is tested
+        when its quadrant holds a pair more than the bin above's and at least MIN_PAIRS /
+        delta in all; the first failure ends the sequence; t is the lowest bin passed."""
         # suffix sums: [c, l] = the pairs at cosine bin >= c and level >= l
         w = wrong[::-1, ::-1].cumsum(0).cumsum(1)[::-1, ::-1]
         n = total[::-1, ::-1].cumsum(0).cumsum(1)[::-1, ::-1]
+        above = np.vstack([n[1:], np.zeros((1, n.shape[1]))])  # the bin above's quadrant
+        tested = (n > above) & (n >= MIN_PAIRS / self.delta)
+        passed = _wilson_uppers(w, n, self.confidence) <= self.delta
         best, held = (_NC, 0), 0.0
         for level in range(len(LEVELS)):
-            t, seen = _NC, 0.0
-            for c in range(_NC - 1, -1, -1):
-                if n[c, level] <= seen or n[c, level] < MIN_PAIRS / self.delta:
-                    continue  # no new pair in this bin (never served on no evidence)
-                if _wilson_upper(w[c, level], n[c, level], self.confidence) > self.delta:
-                    if n[c, level] >= 3 / self.delta:
-                        break  # a failure on enough pairs ends the sequence
-                    continue
-                t, seen = c, n[c, level]
-            if t < _NC and n[t, level] > held:
-                best, held = (t, level), n[t, level]
+            bins = np.flatnonzero(tested[:, level])[::-1]  # top down
+            ok = passed[bins, level]
+            if not ok.any():
+                continue
+            first_fail = int(np.argmin(ok)) if not ok.all() else len(ok)
+            if first_fail == 0:
+                continue
+            t = int(bins[first_fail - 1])
+            if n[t, level] > held:
+                best, held = (t, level), float(n[t, level])
         return best
-
-    def quadrant(self, group: str) -> tuple[float, float]:
-        """The group's served quadrant as (lowest cosine, lowest verifier score); a cosine
-        above 1 when it serves nothing."""
-        g = self._groups.get(group)
-        c, level = g.quadrant if g is not None else self._cold
-        return 0.5 + c * COS_BIN if c else -1.0, LEVELS[level]
 
     def serves(self, group: str, entry: str, cosine: float, score: float) -> bool:
         """Whether the pair is in the group's quadrant (and ``entry`` was never wrong for a
