@@ -14,12 +14,11 @@ user-set delta; this module does so per group (the public model) with a count-ba
   (``LEVELS``). Counts fade (``FORGET``), so the bound follows drifting traffic.
 - **Served region**: a quadrant, cosine >= t and verifier >= a level. For each level, t
   comes down from the top in a fixed sequence of tests (Angelopoulos et al. 2021, "Learn
-  then Test"): once the pairs in the quadrant number at least 1 / delta, t is lowered while
-  the Wilson upper bound (``CONFIDENCE`` standard deviations) of their wrong rate stays
-  within delta, and stops at the first bin where it does not on at least 3 / delta pairs
-  (fewer: too little to end the sequence on); it never comes down past the lowest bin that
-  holds a pair (no hit is served on no evidence). Of the levels, the quadrant
-  that holds the most pairs is served.
+  then Test"): once the pairs in the quadrant number at least ``MIN_PAIRS`` / delta, t is
+  lowered while the Wilson upper bound (``CONFIDENCE`` standard deviations) of their wrong
+  rate stays within delta, and stops at the first bin where it does not; it never comes
+  down past the lowest bin that holds a pair (no hit is served on no evidence). Of the
+  levels, the quadrant that holds the most pairs is served.
 - **Prior**: the same counts on QQP dev pairs the contract veto passes (out-of-fold verifier
   scores; :func:`calibrate`, ``bound_prior.json``), worth ``PRIOR_WEIGHT`` pairs in all: too
   few to open a quadrant at delta 0.02 alone; a cold cache serves no semantic hit until it
