@@ -112,7 +112,7 @@ _NOT_NAMES = _NEGATIONS | _SKIP | _words(
     "was were be been do does did can could should would will shall may might must has have "
     "had in on at of for by with about as it its he she we they you me him them us yes "
     "please hi hello question note edit update best new")
-_SENTENCE_END = (".", "?", "!", ":", ";", "(", '"', "\n", "-", "*")
+_SENTENCE_END = frozenset('.?!:;("-*')
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +141,15 @@ def _plain(word: str) -> str:
     return w.removesuffix("'s").replace("'", "")
 
 
+def _starts_sentence(text: str, at: int) -> bool:
+    """Whether the last non-blank character before ``at`` ends a sentence (or opens a quote,
+    a parenthesis, a list item)."""
+    k = at - 1
+    while k >= 0 and text[k].isspace():
+        k -= 1
+    return k >= 0 and text[k] in _SENTENCE_END
+
+
 def terms(text: str) -> Terms:
     """``text``'s terms (pure; ``text`` any string)."""
     found = list(_WORD.finditer(text))
@@ -166,7 +175,7 @@ def terms(text: str) -> Terms:
             continue
         if lw in _NAMES or _IDENTIFIER.search(w) or (
                 not titled and w[:1].isupper() and i > 0
-                and not text[:m.start()].rstrip().endswith(_SENTENCE_END)):
+                and not _starts_sentence(text, m.start())):
             names.add(lw)
     pairs: list[tuple[str, str]] = []
     for i, lw in enumerate(lower):
