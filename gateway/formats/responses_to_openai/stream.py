@@ -42,7 +42,8 @@ class ResponsesStreamFromChat(ChunkTranslator):
     """Chat Completions chunks in, Responses events out; ``request``: the Responses request
     (its settings are echoed in the response objects)."""
 
-    __slots__ = ("_id", "_items", "_model", "_open", "_request", "_seq", "_tools", "_usage")
+    __slots__ = ("_id", "_items", "_model", "_open", "_pieces", "_request", "_seq", "_tools",
+                 "_usage")
     _invalid_type = "upstream_error"
 
     def __init__(self, request: dict[str, Any] | None = None) -> None:
@@ -53,6 +54,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
         self._model = ""
         self._items: list[dict[str, Any]] = []  # output items so far, in order
         self._open: dict[str, Any] | None = None  # the item being streamed
+        self._pieces: list[str] = []  # the open message's text so far
         self._tools: dict[Any, dict[str, Any]] = {}  # chat tool call index -> its item
         self._usage: dict[str, Any] = {}
 
@@ -94,33 +96,26 @@ class ResponsesStreamFromChat(ChunkTranslator):
 
     def _text(self, text: str) -> bytes:
         out = b""
-        if self._open is None or self._open["type"] != "message":
-            out += self._add({"type": "message", "id": "msg_" + uuid.uuid4().hex,
-                              "status": "in_progress", "role": "assistant", "content": []})
+        message = self._open
+        if message is None or message["type"] != "message":
+            message = {"type": "message", "id": "msg_" + uuid.uuid4().hex,
+                       "status": "in_progress", "role": "assistant", "content": []}
+            out += self._add(message)
+            self._pieces = []
             out += self._emit("response.content_part.added", {
-                "item_id": self._open_id(), "output_index": len(self._items) - 1,
+                "item_id": message["id"], "output_index": len(self._items) - 1,
                 "content_index": 0, "part": {"type": "output_text", "text": "",
                                              "annotations": []}})
-            self._text_of().append("")
-        parts = self._text_of()
-        parts[0] += text
+        self._pieces.append(text)
         return out + self._emit("response.output_text.delta", {
-            "item_id": self._open_id(), "output_index": len(self._items) - 1,
+            "item_id": message["id"], "output_index": len(self._items) - 1,
             "content_index": 0, "delta": text, "logprobs": []})
-
-    def _text_of(self) -> list[str]:
-        assert self._open is not None
-        texts: list[str] = self._open.setdefault("_text", [])
-        return texts
-
-    def _open_id(self) -> str:
-        assert self._open is not None
-        return str(self._open["id"])
 
     def _tool(self, call: dict[str, Any]) -> bytes:
         key = call.get("index", len(self._tools))
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
-        assert isinstance(function, dict)
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
         out = b""
         item = self._tools.get(key)
         if item is None:
@@ -145,7 +140,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
         index = self._items.index(item)
         out = []
         if item["type"] == "message":
-            text = "".join(item.pop("_text", []))
+            text = "".join(self._pieces)
             part = {"type": "output_text", "text": text, "annotations": []}
             out.append(self._emit("response.output_text.done", {
                 "item_id": item["id"], "output_index": index, "content_index": 0,
@@ -164,9 +159,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
         return b"".join(out)
 
     def _end(self) -> bytes:
-        out = self._close()
-        for item in self._items:  # a call streamed before the text, left open
-            item["status"] = "completed"
+        out = self._close()  # every other item was closed when the next one opened
         self.done = True
         if self._finish == "length":
             return out + self._emit("response.incomplete", {"response": self._response(
