@@ -71,15 +71,14 @@ def decide(tats: Sequence[float], buckets: Sequence[Bucket], now_us: float,
     """One all-or-nothing GCRA decision. ``tats``: each bucket's TAT (µs; at or before
     ``now_us`` for a full bucket). Returns the verdict and the TATs to store (unchanged
     when refused)."""
-    # One pass over the buckets (a request has two to four), each read once; the counts
-    # are those after the request, made again from the unchanged TATs if it is refused.
-    starts, news, waits, remaining, reset_s = [], [], [], [], []
+    # One pass over the buckets (a request has two to four) for the decision, one for the
+    # counts of the TATs kept.
+    starts, news, waits = [], [], []
     allowed = True
     for tat, b in zip(tats, buckets, strict=True):
         tolerance = b.period_s * 1e6
-        interval = tolerance / b.limit
         start = max(tat, now_us)
-        new = start + b.cost * interval
+        new = start + b.cost * (tolerance / b.limit)
         wait = new - tolerance - now_us
         if not wait > 0.0:  # as max(0.0, wait)
             wait = 0.0
@@ -88,14 +87,10 @@ def decide(tats: Sequence[float], buckets: Sequence[Bucket], now_us: float,
         starts.append(start)
         news.append(new)
         waits.append(wait)
-        left = math.floor((tolerance - (new - now_us)) / interval + 1e-9)
-        remaining.append(max(0, left))
-        reset_s.append((new - now_us) / 1e6)
-    if not allowed:
-        remaining, reset_s = _counts(starts, buckets, now_us)
+    kept = news if allowed else starts
+    remaining, reset_s = _counts(kept, buckets, now_us)
     wait_s = (0.0,) * len(waits) if allowed else tuple([w / 1e6 for w in waits])
-    verdict = Verdict(allowed, tuple(remaining), tuple(reset_s), wait_s, store)
-    return verdict, news if allowed else starts
+    return Verdict(allowed, tuple(remaining), tuple(reset_s), wait_s, store), kept
 
 
 def _counts(tats: Sequence[float], buckets: Sequence[Bucket], now_us: float
