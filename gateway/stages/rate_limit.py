@@ -201,10 +201,7 @@ async def _charge(limiter: RateLimiter, policy: RateLimitPolicy, plan: _Plan, to
                   ) -> tuple[Verdict, Headers, RateLimited | None]:
     """Charge ``plan``'s buckets (all or none), note it in ``rec``; the verdict, the
     headers that say it, and the 429 when refused."""
-    verdict = limiter.check_here(plan.buckets)
-    if verdict is None:
-        verdict = await limiter.check(plan.buckets, policy)
-    return _noted(plan, verdict, tokens, rec, anthropic)
+    return _noted(plan, await limiter.check(plan.buckets, policy), tokens, rec, anthropic)
 
 
 def _noted(plan: _Plan, verdict: Verdict, tokens: int, rec: RequestRecord, anthropic: bool
