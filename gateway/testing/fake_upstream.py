@@ -1,13 +1,14 @@
 """A fake OpenAI-compatible upstream for tests and benchmarks (raw ASGI, no framework).
 
 It speaks the real wire format (chat.completion / chat.completion.chunk, SSE with
-``data: [DONE]``, OpenAI error JSON) and is steered per request by headers:
+``data: [DONE]``, OpenAI error JSON; the Responses API natively, with its state, in
+:mod:`gateway.testing.fake_responses`) and is steered per request by headers:
 
 =========================  =========================================================
 ``x-fake-ttft-ms``          delay before the first byte of the response (default 0)
 ``x-fake-itl-ms``           delay between streamed chunks (default 0)
 ``x-fake-tokens``           content chunks in the reply (default 8)
-``x-fake-status``           answer this HTTP status with an OpenAI error body
+``x-fake-status``           answer this HTTP status with an OpenAI error body (all paths)
 ``x-fake-error-code``       the ``error.code`` of that body (default null)
 ``x-fake-retry-after``      Retry-After header (seconds) sent with that status
 ``x-fake-retry-after-ms``   retry-after-ms header (OpenAI's millisecond variant)
@@ -16,15 +17,21 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-die-after``        streaming: drop the connection after N content chunks
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
 ``x-fake-set-cookie``       send this Set-Cookie header with a completion
-``x-fake-finish``           finish_reason of the answer (default "stop")
+``x-fake-finish``           finish_reason of the answer (default "stop"; Responses:
+                            "length" is status ``incomplete``)
 ``x-fake-tail-ms``          streaming: end the body this long after ``[DONE]``
-``x-fake-tool``             chat: call the request's first function tool with ``{"x": 1}``
-                            instead of answering text (finish_reason "tool_calls")
+``x-fake-tool``             call the request's first function tool with ``{"x": 1}``
+                            instead of answering text (chat: finish_reason "tool_calls");
+                            ``once``: only while no tool result is in the conversation
+                            (chat: a ``tool`` message; Responses: ``function_call_output``)
 ``x-fake-cache-scope``      with ``simulate_cache``: which simulated cache (default "")
 ``x-fake-clock``            with ``simulate_cache``: the simulated time (s) of the request
 ``x-fake-hold``             answer only once the test calls ``release(NAME)`` with this value
                             (or the client has left): an upstream as slow as a test needs
 =========================  =========================================================
+
+Structured outputs: with a ``json_schema`` ``response_format`` (Responses: ``text.format``)
+the text is a JSON instance of the schema (:func:`.fake_responses.json_instance`).
 
 ``FakeUpstream(simulate_cache=True)``: chat usage reports ``prompt_tokens`` and
 ``prompt_tokens_details.cached_tokens`` from a simulation of OpenAI's automatic prompt caching
@@ -48,9 +55,11 @@ from typing import Any
 import orjson
 
 from gateway.testing.cache_sim import CacheSims, PromptUsage
+from gateway.testing.fake_responses import FakeResponses, schema_of, text_pieces, wait_or_left
 from gateway.types import Receive, Scope, Send
 
 __all__ = ["FakeUpstream", "Record"]
+_wait = wait_or_left  # the name fake_anthropic imports
 
 
 @dataclass
@@ -89,6 +98,7 @@ class FakeUpstream:
     _released: set[str] = field(default_factory=set)
     _holds: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = field(
         default_factory=dict)
+    _responses: FakeResponses = field(default_factory=FakeResponses)
 
     # -- test helpers ---------------------------------------------------------------------
     def wait_for(self, predicate: Callable[[list[Record]], Any], timeout: float = 5.0) -> Any:
@@ -108,6 +118,7 @@ class FakeUpstream:
             self.records.clear()
             self._fail_counts.clear()
             self._released.clear()
+            self._responses.clear()
 
     def release(self, name: str) -> None:
         """Let the requests held with ``x-fake-hold: NAME`` answer, now and from now on."""
@@ -232,6 +243,8 @@ class FakeUpstream:
                 await _send_json(send, 200, _completion(data, headers, chat, sim), rec, cookies)
         elif path.endswith("/embeddings"):
             await _send_json(send, 200, _embeddings(data), rec)
+        elif "/responses" in path:
+            await self._responses(path, headers, data, rec, disconnected, send, self._touch)
         elif path.endswith("/models"):
             await _send_json(send, 200, {"object": "list", "data": [
                 {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]}, rec)
@@ -268,23 +281,22 @@ class FakeUpstream:
                                           "finish_reason": None}], **usage_extra}
             await send(_event(first))
         call = _tool_call(data, headers) if chat else None
+        pieces = [] if call else text_pieces(n, schema_of(data))
         if call is not None:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
-            pieces = [{"index": 0, "id": call["id"], "type": "function",
+            deltas = [{"index": 0, "id": call["id"], "type": "function",
                        "function": {"name": name, "arguments": arguments[:3]}},
                       {"index": 0, "function": {"arguments": arguments[3:]}}]
-            for delta in pieces:
+            for delta in deltas:
                 await send(_event({**base, "choices": [{"index": 0, "delta": {
                     "tool_calls": [delta]}, "finish_reason": None}], **usage_extra}))
-            n = 0
-        for i in range(n):
+        for i, piece in enumerate(pieces):
             if i == die_after:
                 raise ConnectionAbortedError("fake upstream: dying mid-stream on request")
             if itl and i and await _wait(disconnected, itl):
                 return
             if disconnected.is_set():
                 return
-            piece = f"w{i} " if i < n - 1 else f"w{i}"
             choice: dict[str, Any] = {"index": 0, "finish_reason": None}
             if chat:
                 choice["delta"] = {"content": piece}
@@ -299,7 +311,7 @@ class FakeUpstream:
         final["delta" if chat else "text"] = {} if chat else ""
         await send(_event({**base, "choices": [final], **usage_extra}))
         if want_usage and headers.get("x-fake-usage") != "0":
-            usage = _usage(data, n, sim)
+            usage = _usage(data, len(pieces), sim)
             await send(_event({**base, "choices": [], "usage": usage}))
         tail = float(headers.get("x-fake-tail-ms", 0)) / 1000
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n",
@@ -307,15 +319,6 @@ class FakeUpstream:
         if tail:  # the body ends a while after its last event
             await asyncio.sleep(tail)
             await send({"type": "http.response.body", "body": b""})
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    """Sleep ``seconds`` unless ``event`` is set first; returns True when it was."""
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-    except TimeoutError:
-        return False
-    return True
 
 
 def _event(obj: dict[str, Any]) -> dict[str, Any]:
@@ -350,8 +353,8 @@ def _usage(data: Any, completion: int, sim: PromptUsage | None = None) -> dict[s
 
 def _completion(data: Any, headers: dict[str, str], chat: bool,
                 sim: PromptUsage | None = None) -> dict[str, Any]:
-    n = int(headers.get("x-fake-tokens", 8))
-    text = " ".join(f"w{i}" for i in range(n))
+    pieces = text_pieces(int(headers.get("x-fake-tokens", 8)), schema_of(data) if chat else None)
+    text, n = "".join(pieces), len(pieces)
     model = data.get("model", "fake-model") if isinstance(data, dict) else "fake-model"
     out: dict[str, Any] = {"id": "chatcmpl-fake", "created": 1_700_000_000, "model": model}
     call = _tool_call(data, headers) if chat else None
@@ -376,6 +379,9 @@ def _completion(data: Any, headers: dict[str, str], chat: bool,
 def _tool_call(data: Any, headers: dict[str, str]) -> dict[str, Any] | None:
     """With ``x-fake-tool``: a call of the request's first function tool, else None."""
     if not headers.get("x-fake-tool") or not isinstance(data, dict):
+        return None
+    if headers["x-fake-tool"] == "once" and any(  # an agent loop ends after one call
+            isinstance(m, dict) and m.get("role") == "tool" for m in data.get("messages") or ()):
         return None
     for tool in data.get("tools") or ():
         if isinstance(tool, dict) and tool.get("type") == "function":
