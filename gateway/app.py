@@ -40,6 +40,7 @@ from gateway.formats import anthropic
 from gateway.formats.apis import ANTHROPIC, RESPONSES
 from gateway.passthrough import Passthrough
 from gateway.requestlog import FLUSH_INTERVAL_S
+from gateway.response_store.endpoints import ResponseEndpoints
 from gateway.state import Gateway
 from gateway.types import ASGIApp, Receive, Scope, Send
 from gateway.upstreams.base import Upstream
@@ -178,12 +179,16 @@ def create_app(
         routes=hot, models=(t.model for m in gw.models.routes.values() for t in m.targets),
         upstreams=gw.upstreams, rate_limit_redis=gw.rate_limiter.redis is not None)
     passthrough = Passthrough(gw)
+    stored = ResponseEndpoints(gw.responses, gw.auth)
     routes = [Route(path, handler, methods=["POST"]) for path, handler in hot.items()] + [
         Route("/v1/models", _authenticated(gw, models), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/admin/cache/purge", purge, methods=["POST"]),
+        Route("/v1/responses/{id}", stored.get, methods=["GET"]),
+        Route("/v1/responses/{id}", stored.delete, methods=["DELETE"]),
+        Route("/v1/responses/{id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/messages/{rest:path}", messages_other,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/v1/{rest:path}", passthrough,

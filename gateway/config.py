@@ -171,10 +171,17 @@ class UpstreamConfig:
     #: ``local`` (cancelling frees the batch slot), off for hosted APIs, which may bill a
     #: started request: there the late hit is only counted and the upstream's answer served.
     cancel_on_late_hit: bool | None = None
+    #: ``type = "openai"``: the upstream serves ``/v1/responses`` itself (OpenAI does; many
+    #: OpenAI-compatible servers do not). A Responses request then goes to it as it is,
+    #: hosted tools and ``previous_response_id`` included; otherwise it is translated to
+    #: the upstream's chat endpoint.
+    native_responses: bool = False
 
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
+        if self.native_responses and self.type != "openai":
+            raise ValueError("native_responses applies to type 'openai' only")
         if self.cancel_on_late_hit is None:
             object.__setattr__(self, "cancel_on_late_hit", self.type == "local")
         if self.type == "anthropic" and not self.base_url:
@@ -279,6 +286,28 @@ def _redis_url(url: str | None, env: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class ResponsesConfig:
+    """Where ``/v1/responses`` keeps the responses it may be asked for again
+    (``previous_response_id``, ``GET /v1/responses/{id}``)."""
+
+    #: "memory": in-process (per replica; LRU beyond ``max_bytes``); "redis": shared.
+    #: Default: the cache's Redis when ``cache.backend = "redis"``, else memory.
+    store: Literal["memory", "redis"] | None = None
+    #: Unset: the cache's Redis URL.
+    redis_url: str | None = None
+    redis_url_env: str | None = None
+    prefix: str = "gwresp:"
+    #: How long a stored response stays retrievable (seconds; OpenAI keeps 30 days).
+    ttl_s: int = bounded(7 * 24 * 3600, ge=1)
+    max_bytes: int = bounded(256 * 1024 * 1024, ge=1024)
+
+    def __post_init__(self) -> None:
+        if self.redis_url is not None or self.redis_url_env is not None:
+            object.__setattr__(self, "redis_url",
+                               _redis_url(self.redis_url, self.redis_url_env))
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -287,6 +316,7 @@ class Config:
     models: dict[str, ModelConfig] = field(default_factory=dict)
     cache: CacheConfig = field(default_factory=CacheConfig)
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
+    responses: ResponsesConfig = field(default_factory=ResponsesConfig)
     #: Set by load_config: the file, and the folder relative paths are resolved against.
     path: str = "<defaults>"
     root: str = "."
@@ -316,6 +346,7 @@ def load_config(path: str | Path) -> Config:
         models=config.models,
         cache=config.cache,
         rate_limits=config.rate_limits,
+        responses=config.responses,
         path=path,
         root=str(Path(path).resolve().parent),
     )

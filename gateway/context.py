@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from gateway.policy import Policy
 
 __all__ = ["Headers", "Next", "Outcome", "Reply", "RequestContext", "RequestKind", "Stage",
-           "Stream", "Ticket", "Usage"]
+           "Stream", "Ticket", "UpstreamState", "Usage"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -52,6 +52,16 @@ class Ticket:
 
     priority: str = "normal"
     long: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamState:
+    """A Responses conversation an upstream keeps itself (OpenAI's stored responses): sent
+    to ``upstream``, the request goes as the client made it (``body``, with its
+    ``previous_response_id``); to any other, as the gateway rebuilt it (``ctx.body``)."""
+
+    upstream: str
+    body: dict[str, Any]
 
 
 @dataclass(slots=True, eq=False)
@@ -125,6 +135,8 @@ class RequestContext:
     #: Set by a stage that can make an overloaded request cheaper (the compress stage's
     #: harder cut): called with the degraded label, returns whether the request changed.
     degraded_compress: Callable[[str], Awaitable[bool]] | None = None
+    #: Set by the response store before the pipeline (see :class:`UpstreamState`).
+    upstream_state: UpstreamState | None = None
     upstream: str | None = None
     model_served: str | None = None
     upstream_started: float | None = None

@@ -23,7 +23,7 @@ import structlog
 from gateway.concurrency import Shed
 from gateway.context import Headers, Outcome, Reply, RequestContext, RequestKind
 from gateway.errors import GatewayError, UpstreamError
-from gateway.formats.apis import OPENAI, ApiFormat
+from gateway.formats.apis import OPENAI, RESPONSES, ApiFormat
 from gateway.formats.usage import Usage
 from gateway.http import read_body, send_bytes
 from gateway.models import model_not_found
@@ -98,7 +98,12 @@ class ModelEndpoint:
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
             with gw.watches.watch(receive, task):
-                reply = await runtime.pipeline(ctx)
+                if api is RESPONSES:  # a conversation rebuilt before, the answer kept after
+                    turn = await gw.responses.resolve(ctx)
+                    reply = await runtime.pipeline(ctx)
+                    gw.responses.keep(turn, ctx, reply)
+                else:
+                    reply = await runtime.pipeline(ctx)
                 if reply.stream is not None:
                     await sending.relay(reply, ctx)
                 else:

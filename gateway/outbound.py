@@ -5,7 +5,8 @@ an upstream's whole answer says. (The trying itself is :mod:`gateway.dispatch`.)
 retries: the client's bytes as they came when nothing changes them (``model`` rewritten
 when it differs, the usage option spliced in), else the body translated for an upstream of
 the other API (:mod:`gateway.formats.bridge`) and shaped by ``ctx.shape_body``, serialised
-once. :func:`observe` reads a whole answer, parsed once by dispatch: its error into the log
+once; to the upstream that keeps a Responses conversation (``ctx.upstream_state``), the
+client's own request, ``previous_response_id`` and all. :func:`observe` reads a whole answer, parsed once by dispatch: its error into the log
 line, its usage and finish reason into the context.
 """
 
@@ -63,17 +64,29 @@ class Outbound:
         same API)."""
         if target is self._target:
             return self._crossing
-        return bridge(self._api, self._upstreams[target.upstream].api, self.ctx.kind)
+        return bridge(self._api, self._api_of(target), self.ctx.kind)
+
+    def _api_of(self, target: Target) -> str:
+        """The API ``target``'s upstream is spoken to in: its own, or Responses as it came
+        to an upstream that serves it natively."""
+        upstream = self._upstreams[target.upstream]
+        if upstream.native_responses and self._api == "responses":
+            return "responses"
+        return upstream.api
 
     def request(self, target: Target) -> UpstreamRequest:
         """The request for ``target`` (the same object for each of its attempts)."""
         if target is self._target and self._built is not None:
             return self._built
         ctx, shape = self.ctx, self.ctx.shape_body
-        up_api = self._upstreams[target.upstream].api
+        up_api = self._api_of(target)
         crossing = bridge(self._api, up_api, ctx.kind)
         path = ctx.path
-        if crossing is not None:
+        state = ctx.upstream_state
+        if state is not None and state.upstream == target.upstream and crossing is None:
+            # the upstream keeps the conversation: the client's request, its id forwarded
+            payload = jsonio.dumps({**state.body, "model": target.model})
+        elif crossing is not None:
             path = crossing.path
             out = crossing.request(ctx.body, target.model, self._max_tokens)
             payload = jsonio.dumps(out if shape is None else shape(out, up_api))

@@ -33,13 +33,16 @@ from gateway.policy import Policy, PolicyStore
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.requestlog import RequestIds, RequestLogger
+from gateway.response_store.records import MemoryRecords, Records, RedisRecords
+from gateway.response_store.store import ResponseStore
 from gateway.routing.decision import Routers
 from gateway.stage_table import Services, check_stages
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 from llm_wire.asgi import DisconnectWatches
 
-__all__ = ["Gateway", "Runtime", "build_cache", "build_upstream", "check_policy"]
+__all__ = ["Gateway", "Runtime", "build_cache", "build_response_records", "build_upstream",
+           "check_policy"]
 
 
 def check_policy(policy: Policy, models: ModelTable, routers: Routers) -> None:
@@ -63,6 +66,18 @@ def build_cache(config: CacheConfig, embed: Embed | None,
     else:
         backend = MemoryBackend(config.max_entries, config.max_bytes)
     return ResponseCache(backend, embed, PolicyVerifier(kind))
+
+
+def build_response_records(config: Config) -> Records:
+    """Where /v1/responses keeps responses: ``[responses] store``, by default the cache's
+    Redis when the cache lives in Redis, else in memory."""
+    settings, cache = config.responses, config.cache
+    redis_cache = cache.enabled and cache.backend == "redis"
+    store = settings.store or ("redis" if redis_cache or settings.redis_url else "memory")
+    if store == "redis":
+        url = settings.redis_url or cache.redis_url
+        return RedisRecords(url, settings.prefix)
+    return MemoryRecords(settings.max_bytes)
 
 
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
@@ -135,6 +150,9 @@ class Gateway:
             name: f"http://127.0.0.1:{u.port}/metrics" for name, u in self.upstreams.items()
             if isinstance(u, LocalUpstream)})
         self.metrics.registry.register(self.engine_metrics.collector())
+        #: /v1/responses' stored responses (previous_response_id, GET by id).
+        self.responses = ResponseStore(build_response_records(config), config.responses.ttl_s,
+                                       self.upstreams)
         #: The compress stage's learned rates and token counters (kept across reloads).
         self.compression = CompressionState(embed)
         self.services = Services(
@@ -226,5 +244,6 @@ class Gateway:
             self._stop_embedder()
         await self.engine_metrics.aclose()
         await self.rate_limiter.aclose()
+        await self.responses.aclose()
         for upstream in self.upstreams.values():
             await upstream.aclose()

@@ -116,4 +116,6 @@ def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | Non
     temperature = data.get("temperature")
     if (1.0 if temperature is None else temperature) > max_temperature:
         return "temperature"
+    if "previous_response_id" in data:  # a conversation only its upstream holds
+        return "previous_response_id"
     return None

@@ -66,9 +66,12 @@ def parse_request(raw: bytes) -> dict[str, Any]:
                               or limit < 1):
         raise invalid_value("max_output_tokens", "'max_output_tokens' must be an integer "
                             f">= 1, got {orjson.dumps(limit).decode()[:40]}")
-    stream = data.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise invalid_type("stream", "a boolean", stream)
+    for flag in ("stream", "store"):
+        if data.get(flag) is not None and not isinstance(data[flag], bool):
+            raise invalid_type(flag, "a boolean", data[flag])
+    previous = data.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise invalid_type("previous_response_id", "a string", previous)
     return data
 
 

@@ -74,6 +74,9 @@ class Upstream(abc.ABC):
     name: str
     #: The wire format it speaks: "openai" (Chat Completions) or "anthropic" (Messages).
     api: str = "openai"
+    #: It also serves OpenAI's Responses API (``/responses``) itself: a Responses request
+    #: goes to it untranslated (``native_responses`` in its config).
+    native_responses: bool = False
     #: Requests it serves at once at most, when it knows (the local engine: its batch within
     #: max_step_slowdown, reported once up, else max_num_seqs); admission matches it
     #: (gateway.concurrency.AdmissionPolicy.for_capacity), told of changes through

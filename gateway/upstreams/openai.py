@@ -96,6 +96,7 @@ class OpenAIUpstream(Upstream):
         # Read once, like the key itself (asked on every request: no environment lookup).
         self._enabled = config.enabled
         self.cancel_on_late_hit = bool(config.cancel_on_late_hit)
+        self.native_responses = config.native_responses
 
     @property
     def enabled(self) -> bool:

@@ -19,7 +19,8 @@ function ``tools``             ``tools`` as ``{"type": "function", "function": {
 =============================  ===============================================================
 
 A 400 instead: a hosted tool (web search, file search, code interpreter, ...: the upstream
-cannot run it), ``previous_response_id`` (it needs the gateway's response store),
+cannot run it), ``previous_response_id`` (left in only when the gateway's response store
+does not hold it: :mod:`gateway.response_store.store`),
 ``background``. Dropped: ``store``, ``metadata``, ``include``, ``reasoning``, ``truncation``
 (nothing to say them to), and reasoning items of the input.
 Sources: https://platform.openai.com/docs/api-reference/responses,
@@ -36,9 +37,10 @@ from gateway.formats.responses import HOSTED_TOOLS, input_messages
 __all__ = ["chat_request"]
 
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user")
-_REFUSED = {"previous_response_id": "needs the gateway's response store, not yet available "
-                                    "for this upstream",
-            "background": "is not available for this upstream"}
+_NOT_HELD = ("names a response this gateway does not hold: only an upstream that keeps "
+             "responses itself can continue it")
+_REFUSED = {"previous_response_id": (_NOT_HELD, "previous_response_not_found"),
+            "background": ("is not available for this upstream", "unsupported_parameter")}
 
 
 def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
@@ -76,9 +78,9 @@ def chat_request(body: dict[str, Any], model: str, default_max_tokens: int
                  ) -> dict[str, Any]:
     """The Chat Completions request for ``model`` of a checked Responses ``body``; raises
     InvalidRequest (400) naming what the chat format cannot express."""
-    for key, why in _REFUSED.items():
+    for key, (why, code) in _REFUSED.items():
         if body.get(key):
-            raise InvalidRequest(f"'{key}' {why}", param=key, code="unsupported_parameter")
+            raise InvalidRequest(f"'{key}' {why}", param=key, code=code)
     out: dict[str, Any] = {"model": model, "messages": input_messages(body)}
     if body.get("tools"):
         out["tools"] = [_tool(t, i) for i, t in enumerate(body["tools"])]

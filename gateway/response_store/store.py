@@ -1,0 +1,228 @@
+"""The response store of ``/v1/responses``: chained requests rebuilt, answers kept.
+
+Before the pipeline, :meth:`ResponseStore.resolve` reads a request's
+``previous_response_id``: the stored record of that response (the conversation up to it:
+its input items, then its output items) is put before the request's own ``input``, and
+the id is dropped, so that every stage (the cache's keys, the router, prompt caching) and
+every upstream sees the whole conversation, as it would have been sent without the id.
+``instructions`` are the request's own: a previous response's are not carried over, as
+OpenAI does. The rebuilt prefix is the same bytes at every turn (items as stored, their
+ids and statuses left out), so a provider's prompt cache keeps hitting it. When the
+previous response was served by an upstream that keeps responses itself (OpenAI, a
+``native_responses`` upstream), that upstream is sent the client's request as it was,
+``previous_response_id`` and all (:class:`~gateway.context.UpstreamState`); any other target
+gets the rebuilt one. An id the store does not know is forwarded as it is when the model has
+such an upstream (the conversation may be kept there), else refused: 400
+``previous_response_not_found``, as OpenAI answers.
+
+After the pipeline, :meth:`ResponseStore.keep` stores the answer once the client has it
+whole (a whole ``response``, or a stream's ``response.completed`` / ``response.incomplete``
+event), unless the request says ``store: false``: never an error, a failed or cancelled
+stream. Records are per gateway key (one key can never read another's) and expire after
+``[responses] ttl_s``.
+
+Record (JSON): ``response`` (the object as the client got it, ``previous_response_id``
+set), ``items`` (the conversation's input items, ids given where the client gave none),
+``upstream`` (the upstream that made it natively, or null).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import structlog
+
+from gateway.context import Outcome, Reply, RequestContext, UpstreamState
+from gateway.errors import InvalidRequest
+from gateway.response_store.records import Records, StoreUnavailable
+from gateway.upstreams.base import Upstream
+from llm_wire.sse import EventReader
+
+__all__ = ["ResponseStore", "Turn", "context_items"]
+
+log = structlog.get_logger("gateway.responses")
+
+#: What a response id may look like (anything else is not found, never a key pattern).
+_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
+           "reasoning": "rs_"}
+_END_EVENTS = (b"response.completed", b"response.incomplete")
+
+
+@dataclass(slots=True)
+class Turn:
+    """One request's part in its conversation: ``items``, the input it was answered from
+    (the conversation before it, then its own input; each item with an id); ``previous``,
+    the id it continues."""
+
+    key: str
+    items: list[dict[str, Any]]
+    previous: str | None
+    store: bool
+    response: dict[str, Any] | None = field(default=None)
+
+
+def _normal(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item in the shape the store keeps (and OpenAI's ``input_items`` lists): a
+    ``type``; a message's text content as parts; an id."""
+    out = dict(item)
+    kind = out.setdefault("type", "message")
+    if kind == "message" and isinstance(out.get("content"), str):
+        part = "output_text" if out.get("role") == "assistant" else "input_text"
+        out["content"] = [{"type": part, "text": out["content"]}]
+    if "id" not in out:
+        out["id"] = _PREFIX.get(kind, "item_") + uuid.uuid4().hex
+    return out
+
+
+def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A request's ``input`` as stored items (a string is one user message)."""
+    items = body["input"]
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    return [_normal(item) for item in items]
+
+
+def context_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored items as the input of the next request: ids and statuses left out (they name
+    items of the store, not of the upstream's), reasoning items as they are."""
+    return [item if item.get("type") == "reasoning" else
+            {k: v for k, v in item.items() if k not in ("id", "status")} for item in items]
+
+
+class ResponseStore:
+    """``records``: where they live; ``ttl_s``: how long; ``upstreams``: by name, to
+    tell those that keep responses themselves."""
+
+    def __init__(self, records: Records, ttl_s: int, upstreams: Mapping[str, Upstream]
+                 ) -> None:
+        self.records = records
+        self.ttl_s = ttl_s
+        self.upstreams = upstreams
+        #: Records being written: a chained request that comes before its write lands
+        #: waits for it.
+        self._writing: dict[str, asyncio.Task[None]] = {}
+
+    @staticmethod
+    def key(key_id: str | None, response_id: str) -> str:
+        return f"{key_id or ''}:{response_id}"
+
+    async def record(self, key_id: str | None, response_id: str) -> dict[str, Any] | None:
+        """The record of ``response_id`` as ``key_id`` may see it, or None."""
+        if not _ID.fullmatch(response_id):
+            return None
+        key = self.key(key_id, response_id)
+        writing = self._writing.get(key)
+        if writing is not None:
+            await asyncio.shield(writing)
+        raw = await self.records.get(key)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def delete(self, key_id: str | None, response_id: str) -> bool:
+        if not _ID.fullmatch(response_id):
+            return False
+        return await self.records.delete(self.key(key_id, response_id))
+
+    async def resolve(self, ctx: RequestContext) -> Turn:
+        """Rebuild ``ctx``'s conversation when it continues one (``ctx.body`` and ``raw``
+        replaced); raises InvalidRequest (400 ``previous_response_not_found``) for an id
+        neither the store nor any of the model's upstreams can know, StoreUnavailable (503)
+        when the store does not answer."""
+        body = ctx.body
+        own = input_items(body)
+        previous = body.get("previous_response_id")
+        turn = Turn(self.key(ctx.key_id, ""), own, previous, body.get("store") is not False)
+        if previous is None:
+            return turn
+        record = await self.record(ctx.key_id, previous)
+        if record is None:
+            route = ctx.route
+            if route is not None and any(self.upstreams[t.upstream].native_responses
+                                         for t in route.targets):
+                return turn  # forwarded: the upstream may know it (the cache stays out)
+            raise InvalidRequest(f"Previous response with id '{previous}' not found.",
+                                 param="previous_response_id",
+                                 code="previous_response_not_found")
+        before = record["items"] + _output_items(record["response"])
+        turn.items = before + own
+        if record.get("upstream"):
+            ctx.upstream_state = UpstreamState(record["upstream"], body)
+        rebuilt = {k: v for k, v in body.items() if k != "previous_response_id"}
+        rebuilt["input"] = context_items(turn.items)
+        ctx.body, ctx.raw = rebuilt, orjson.dumps(rebuilt)
+        return turn
+
+    def keep(self, turn: Turn, ctx: RequestContext, reply: Reply) -> None:
+        """Store the answer ``reply`` carries once it is delivered whole (unless
+        ``store: false``)."""
+        if not turn.store or reply.status != 200:
+            return
+        if reply.stream is not None:
+            reader = EventReader()
+
+            def tap(events: bytes) -> None:
+                if _END_EVENTS[0] in events or _END_EVENTS[1] in events:
+                    for _, data in reader.feed(events):
+                        obj = _object(data)
+                        if obj is not None and obj.get("type") in (
+                                "response.completed", "response.incomplete"):
+                            turn.response = obj.get("response")
+            reply.taps.append(tap)
+        elif reply.sse:  # a whole stream made by the gateway (a cache hit)
+            for _, data in EventReader().feed(reply.body):
+                obj = _object(data)
+                if obj is not None and obj.get("type") in ("response.completed",
+                                                           "response.incomplete"):
+                    turn.response = obj.get("response")
+        else:
+            turn.response = reply.json if isinstance(reply.json, dict) else _object(reply.body)
+        native = ctx.upstream if ctx.record.cache != "hit" else None
+
+        def closed(outcome: Outcome) -> None:
+            if outcome.delivered and isinstance(turn.response, dict):
+                self._write(turn, native)
+        reply.on_close(closed)
+
+    def _write(self, turn: Turn, upstream: str | None) -> None:
+        response = turn.response
+        assert response is not None
+        rid = response.get("id")
+        if not isinstance(rid, str) or not _ID.fullmatch(rid):
+            return
+        if upstream is not None and not self.upstreams[upstream].native_responses:
+            upstream = None
+        response["previous_response_id"] = turn.previous
+        value = orjson.dumps({"response": response, "items": turn.items,
+                              "upstream": upstream})
+        key = turn.key + rid
+        task = asyncio.ensure_future(self._put(key, value))
+        if not task.done():
+            self._writing[key] = task
+            task.add_done_callback(lambda _: self._writing.pop(key, None))
+
+    async def _put(self, key: str, value: bytes) -> None:
+        try:
+            await self.records.put(key, value, self.ttl_s)
+        except StoreUnavailable:
+            log.warning("response_store_write_failed", bytes=len(value))
+
+    async def aclose(self) -> None:
+        await self.records.aclose()
+
+
+def _output_items(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item for item in response.get("output") or [] if isinstance(item, dict)]
+
+
+def _object(data: bytes) -> dict[str, Any] | None:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None

@@ -1,0 +1,196 @@
+"""/v1/responses' state: ``previous_response_id`` chains, ``store``, and
+``GET``/``DELETE /v1/responses/{id}`` and ``input_items``, with the official openai SDK as
+the client, on an upstream that keeps nothing (the fake's chat endpoint, the fake
+Anthropic), in memory and in Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from gateway.response_store.records import MemoryRecords
+from gateway.testing.fake_anthropic import FakeAnthropic
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.redis_server import RedisServer
+from tests.conftest import GatewayServer
+
+
+def sdk(gw: GatewayServer, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.v1, api_key=key, max_retries=0)
+
+
+def sent_messages(fake: FakeUpstream, i: int = -1) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = orjson.loads(fake.records[i].body)["messages"]
+    return messages
+
+
+def test_a_chain_of_three_turns_sends_the_whole_conversation(gw: GatewayServer,
+                                                             fake: FakeUpstream) -> None:
+    brief = "Be brief."
+    with sdk(gw) as client:
+        one = client.responses.create(model="fake-model", input="My name is Ada.",
+                                      instructions=brief)
+        two = client.responses.create(model="fake-model", input="What is my name?",
+                                      previous_response_id=one.id, instructions=brief)
+        with client.responses.stream(model="fake-model", input="Spell it.",
+                                     previous_response_id=two.id,
+                                     instructions=brief) as stream:
+            three = stream.get_final_response()
+        four = client.responses.create(model="fake-model", input="Thanks.",
+                                       previous_response_id=three.id)
+    answer = "w0 w1 w2 w3 w4 w5 w6 w7"
+    assert three.output_text == four.output_text == answer
+    assert sent_messages(fake, 2) == [
+        {"role": "system", "content": brief},
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "What is my name?"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Spell it."}]
+    # the rebuilt prefix is byte-stable: turn 2's messages, then its answer, start turn 3's
+    second, third = (fake.records[i].body for i in (1, 2))
+    head = second[second.index(b'"messages":['):second.index(b'],"max_tokens"')]
+    assert third.startswith(second[:second.index(b'"messages":[')] + head)
+    # instructions are the request's own: a previous response's are not carried over
+    assert [m["role"] for m in sent_messages(fake, 3)] == ["user", "assistant"] * 3 + ["user"]
+    assert [r.path for r in fake.records] == ["/v1/chat/completions"] * 4
+
+
+def test_a_stored_response_is_retrieved_listed_and_deleted(gw: GatewayServer,
+                                                           fake: FakeUpstream) -> None:
+    with sdk(gw) as client:
+        one = client.responses.create(model="fake-model", input="First.")
+        two = client.responses.create(model="fake-model", previous_response_id=one.id,
+                                      input=[{"role": "user", "content": "Second."}])
+        got = client.responses.retrieve(two.id)
+        assert got.id == two.id and got.output_text == two.output_text
+        assert got.previous_response_id == one.id
+        items = client.responses.input_items.list(two.id)
+        texts = [item.content[0].text for item in items.data  # type: ignore[union-attr]
+                 if item.type == "message"]
+        assert texts == ["Second.", "w0 w1 w2 w3 w4 w5 w6 w7", "First."]  # newest first
+        page = client.responses.input_items.list(two.id, order="asc", limit=1)
+        assert [i.id for i in page.data] == [items.data[-1].id] and page.has_more
+        deleted = client.responses.delete(two.id)
+        assert deleted is None or getattr(deleted, "deleted", True)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(two.id)
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model="fake-model", input="Third.",
+                                    previous_response_id=two.id)
+    assert err.value.code == "previous_response_not_found"
+    assert err.value.param == "previous_response_id"
+    assert len(fake.records) == 2  # the refused turn never reached the upstream
+
+
+def test_store_false_keeps_nothing(gw: GatewayServer, fake: FakeUpstream) -> None:
+    with sdk(gw) as client:
+        r = client.responses.create(model="fake-model", input="Forget me.", store=False)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(r.id)
+
+
+def test_an_unknown_or_failed_response_cannot_be_continued(gw: GatewayServer,
+                                                           fake: FakeUpstream) -> None:
+    with sdk(gw) as client:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model="fake-model", input="x",
+                                    previous_response_id="resp_nope")
+        assert err.value.code == "previous_response_not_found"
+        with pytest.raises(openai.InternalServerError):  # an upstream error is not stored
+            client.responses.create(model="fake-model", input="x",
+                                    extra_headers={"x-fake-status": "500"})
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve("resp_../../etc")
+    assert all(r.path != "/v1/responses" for r in fake.records)
+
+
+def test_one_key_never_reads_another_keys_responses(
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
+    keys = "".join(f'\n[[auth.keys]]\nid = "{k}"\nsha256 = "{hashlib.sha256(k.encode()).hexdigest()}"\n'
+                   for k in ("team-a", "team-b"))
+    gw = make_gateway(keys)
+    with sdk(gw, "team-a") as a, sdk(gw, "team-b") as b:
+        mine = a.responses.create(model="fake-model", input="A secret.")
+        assert a.responses.retrieve(mine.id).id == mine.id
+        with pytest.raises(openai.NotFoundError):
+            b.responses.retrieve(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            b.responses.input_items.list(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            b.responses.delete(mine.id)
+        with pytest.raises(openai.BadRequestError):
+            b.responses.create(model="fake-model", input="x", previous_response_id=mine.id)
+        with pytest.raises(openai.AuthenticationError):
+            sdk(gw, "wrong").responses.retrieve(mine.id)
+        assert a.responses.retrieve(mine.id).output_text == mine.output_text
+
+
+def test_an_anthropic_upstream_continues_a_conversation(
+        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_TEST_STATE_ANTHROPIC_KEY", "sk-ant-upstream")
+    claude, url = claude_server
+    claude.clear()
+    gw = make_gateway(f"""
+[upstreams.claude]
+type = "anthropic"
+base_url = "{url}"
+api_key_env = "GATEWAY_TEST_STATE_ANTHROPIC_KEY"
+
+[models.claude]
+targets = [{{ upstream = "claude", model = "claude-upstream" }}]
+""")
+    with sdk(gw) as client:
+        one = client.responses.create(model="claude", input="Hello.")
+        two = client.responses.create(model="claude", input="Again.",
+                                      previous_response_id=one.id)
+        three = client.responses.create(model="claude", input="Once more.",
+                                        previous_response_id=two.id, stream=True)
+        final = [e for e in three if e.type == "response.completed"][0].response
+        assert client.responses.retrieve(final.id).output_text == final.output_text
+    sent = orjson.loads(claude.records[-1].body)["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant"] * 2 + ["user"]
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def test_replicas_sharing_redis_continue_each_others_conversations(
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream,
+        redis_server: RedisServer) -> None:
+    shared = f'\n[responses]\nstore = "redis"\nredis_url = "{redis_server.url}"\nttl_s = 60\n'
+    first, second = make_gateway(shared), make_gateway(shared)
+    with sdk(first) as a, sdk(second) as b:
+        one = a.responses.create(model="fake-model", input="Remember 42.")
+        # the write lands after the answer: wait for it rather than for luck
+        first.run(first.gateway.responses.record(None, one.id))
+        two = b.responses.create(model="fake-model", input="Which number?",
+                                 previous_response_id=one.id)
+        assert b.responses.retrieve(two.id).previous_response_id == one.id
+    assert sent_messages(fake)[0] == {"role": "user", "content": "Remember 42."}
+
+
+def test_memory_records_expire_and_stay_within_their_bytes() -> None:
+    now = [0.0]
+    records = MemoryRecords(max_bytes=10, clock=lambda: now[0])
+
+    async def go() -> None:
+        await records.put("a", b"12345", ttl_s=5)
+        await records.put("b", b"12345", ttl_s=50)
+        assert await records.get("a") == b"12345"
+        await records.put("c", b"123", ttl_s=50)  # over 10 bytes: "b", least recent, goes
+        assert await records.get("b") is None and await records.get("a") == b"12345"
+        now[0] = 6.0
+        assert await records.get("a") is None and await records.get("c") == b"123"
+        assert records.size == 3
+    asyncio.run(go())
