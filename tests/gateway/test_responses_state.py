@@ -153,7 +153,7 @@ targets = [{{ upstream = "claude", model = "claude-upstream" }}]
                                       previous_response_id=one.id)
         three = client.responses.create(model="claude", input="Once more.",
                                         previous_response_id=two.id, stream=True)
-        final = [e for e in three if e.type == "response.completed"][0].response
+        final = next(e for e in three if e.type == "response.completed").response
         assert client.responses.retrieve(final.id).output_text == final.output_text
     sent = orjson.loads(claude.records[-1].body)["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant"] * 2 + ["user"]
