@@ -17,7 +17,11 @@ order:
   one: ``gw-`` + 16 hex digits of BLAKE2b over the gateway key's id and the static prefix
   (tools and leading system messages, as sent), so requests sharing a prefix are routed to
   the same OpenAI cache machine (https://platform.openai.com/docs/guides/prompt-caching).
-  The local engine ignores fields it does not know, so it is sent there too.
+  The local engine ignores fields it does not know, so it is sent there too;
+- **responses** (a Responses request to an upstream serving it natively): tools sorted and
+  ``prompt_cache_key`` set likewise (its static prefix: tools, ``instructions``, the leading
+  system and developer items); nothing moved. A Responses request translated for a chat
+  upstream is shaped as **openai** or **anthropic**, after translation.
 
 What it did goes into the log line (``prompt_cache_breakpoints``, ``prompt_cache_moved``:
 counts by kind, never text); :meth:`Shaping.commit` remembers the prefixes it asked Anthropic
@@ -98,6 +102,8 @@ class Shaping:
     def __call__(self, body: dict[str, Any], api: str) -> dict[str, Any]:
         if api == "anthropic":
             return self._anthropic(body)
+        if api == "responses":
+            return self._responses(body)
         return self._openai(body)
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -125,9 +131,24 @@ class Shaping:
         if settings.detector is not None:
             out, moved = relocate.openai(out, self.plan)
         if settings.openai_cache_key and out.get("prompt_cache_key") is None:
-            out["prompt_cache_key"] = self._cache_key(out)
+            out["prompt_cache_key"] = self._cache_key(out.get("tools"),
+                                                      _leading(out.get("messages")))
         self._placed = None
         self._log(0, moved)
+        return out
+
+    def _responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A Responses body, to an upstream serving it natively: tools sorted and
+        ``prompt_cache_key`` set (its static prefix: tools, ``instructions`` and the leading
+        system and developer items); volatile lines stay where the client put them."""
+        out = self._tools(body)
+        if self._settings.openai_cache_key and out.get("prompt_cache_key") is None:
+            items = out.get("input")
+            leading = _leading(items) if isinstance(items, list) else []
+            out["prompt_cache_key"] = self._cache_key(out.get("tools"),
+                                                      [out.get("instructions"), *leading])
+        self._placed = None
+        self._log(0, ())
         return out
 
     def _tools(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -137,16 +158,10 @@ class Shaping:
             out["tools"] = canonical.tools(tools)
         return out
 
-    def _cache_key(self, body: dict[str, Any]) -> str:
-        static: list[Any] = []
-        for message in body.get("messages") or ():
-            if not isinstance(message, dict) or message.get("role") not in ("system",
-                                                                              "developer"):
-                break
-            static.append(message)
+    def _cache_key(self, tools: Any, static: list[Any]) -> str:
         digest = hashlib.blake2b((self._key or "").encode(), digest_size=8)
         digest.update(b"\0")
-        digest.update(orjson.dumps([body.get("tools"), static]))
+        digest.update(orjson.dumps([tools, static]))
         return "gw-" + digest.hexdigest()
 
     def _log(self, added: int, moved: Sequence[Moved]) -> None:
@@ -158,3 +173,13 @@ class Shaping:
         """The request went through: remember the prefixes it asked Anthropic to cache."""
         if self._placed is not None and self._placed.prefixes:
             self._memory.remember(self._key, self._placed.prefixes)
+
+
+def _leading(messages: Any) -> list[Any]:
+    """The leading system and developer messages (or Responses items) of a list."""
+    static: list[Any] = []
+    for message in messages or ():
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            break
+        static.append(message)
+    return static

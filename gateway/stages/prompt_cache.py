@@ -1,7 +1,8 @@
 """Stage ``prompt_cache``: what each upstream is sent hits the provider's prompt cache more
 often, and means the same.
 
-Chat requests only, from either API. The stage reads the request once (which of its
+Chat requests only, from any client API (a Responses request's system prompt is its
+``instructions``, read in its chat view). The stage reads the request once (which of its
 system prompt's lines changed since the same key's recent requests for the same model) and
 sets ``ctx.shape_body``: dispatch calls it once per target with the body in the upstream's
 format, after any translation, and sends what it returns. What it may change, as the
@@ -68,8 +69,11 @@ class PromptCacheStage:
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         if ctx.kind != "chat" or len(ctx.raw) < self.min_bytes:
             return await call_next(ctx)
+        api = ctx.api.name
+        # a Responses request's system prompt is read in its chat view (instructions first)
         shaping = Shaping(self.settings, self.memory, ctx.record, ctx.key_id, ctx.model,
-                          ctx.body, ctx.api.name)
+                          ctx.chat if api == "responses" else ctx.body,
+                          "openai" if api == "responses" else api)
         before = ctx.shape_body
         if before is None:
             ctx.shape_body = shaping

@@ -116,6 +116,14 @@ targets = [{{ upstream = "fake", model = "same" }}]
 [models.gpt]
 targets = [{{ upstream = "sim", model = "gpt-4o" }}]
 
+[upstreams.native]
+type = "openai"
+base_url = "{openai_sim_server[1]}/v1"
+native_responses = true
+
+[models."gpt-native"]
+targets = [{{ upstream = "native", model = "gpt-4o" }}]
+
 [[auth.keys]]
 id = "team-a"
 sha256 = "{sha('key-a')}"
@@ -364,3 +372,43 @@ def test_policy_patterns_move_what_they_match(make, fake):
             {"role": "user", "content": "hi"}])
     assert fake.records[-1].json["messages"][0]["content"] == RULES
     assert gw.logged(1)[0]["prompt_cache_moved"] == {"custom": 1}
+
+
+# -- the Responses API -------------------------------------------------------------------------
+
+RESPONSES_TOOLS: Any = [{"type": "function", "name": t["name"], "description": t["description"],
+                         "parameters": t["input_schema"]} for t in TOOLS]
+
+
+def test_a_responses_request_is_shaped_after_translation(make, sim, claude):
+    gw = make()
+    with oclient(gw) as c:
+        c.responses.create(model="gpt", instructions=system(0), input="hi",
+                           tools=RESPONSES_TOOLS)
+        c.responses.create(model="claude", instructions=system(0), input="hi")
+    sent = sim.records[-1].json
+    assert sent["messages"][0] == {"role": "system", "content": "# Airline agent\n" + RULES}
+    assert sent["messages"][-1] == {"role": "user", "content": "hi\n\n" + moved(time_line(0))}
+    assert sent["prompt_cache_key"].startswith("gw-")
+    assert [t["function"]["name"] for t in sent["tools"]] == sorted(t["name"] for t in TOOLS)
+    to_claude = claude.records[-1].json
+    assert to_claude["system"][0]["text"] == "# Airline agent\n" + RULES
+    assert to_claude["messages"][-1]["content"][-1]["text"] == moved(time_line(0))
+
+
+def test_a_native_responses_request_gets_a_cache_key_and_its_text_as_sent(make, sim):
+    gw = make()
+    with oclient(gw) as c:
+        c.responses.create(model="gpt-native", instructions=system(0), input="hi",
+                           tools=RESPONSES_TOOLS)
+        c.responses.create(model="gpt-native", instructions=system(0), input="bye",
+                           tools=list(reversed(RESPONSES_TOOLS)))
+        c.responses.create(model="gpt-native", instructions=system(1), input="hi",
+                           prompt_cache_key="mine")
+    first, second, third = (r.json for r in sim.records[-3:])
+    assert sim.records[-1].path == "/v1/responses"
+    assert first["instructions"] == system(0) and first["input"] == "hi"
+    assert first["prompt_cache_key"].startswith("gw-")
+    assert second["prompt_cache_key"] == first["prompt_cache_key"]  # tools in one order
+    assert second["tools"] == first["tools"]
+    assert third["prompt_cache_key"] == "mine"  # the client's own is kept
