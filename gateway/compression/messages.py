@@ -1,4 +1,5 @@
-"""Where a chat request's compressible context is, in the OpenAI and Anthropic formats.
+"""Where a chat request's compressible context is, in the OpenAI (Chat Completions and
+Responses) and Anthropic formats.
 
 Only the current turn is compressed: the messages after the last assistant message (the
 user's newest message and the tool results it answers with). Everything before it (the
@@ -40,6 +41,10 @@ MAX_REQUEST_CHARS = 2_000
 
 #: Units whose kind says they are data, never the request.
 _DATA = frozenset({"document", "record", "json", "code", "bracket"})
+#: Text parts: chat's and Anthropic's ``text``, Responses' ``input_text``.
+_TEXT = frozenset({"text", "input_text"})
+#: Responses items that stand for a chat message of this role.
+_ITEM_ROLES = {"function_call": "assistant", "function_call_output": "tool"}
 
 
 #: Keys from a request body's root down to a container in it, e.g. ``("messages", 3,
@@ -95,16 +100,26 @@ class Plan:
 
 
 def plan(api: str, body: dict[str, Any], system: bool = False) -> Plan:
-    """The compressible segments of ``body`` (an OpenAI Chat Completions or Anthropic
-    Messages request, ``api`` "openai" | "anthropic"). ``system``: the system prompt's texts
-    are context too (unless a ``cache_control`` marker covers them). Malformed parts are
-    left alone."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+    """The compressible segments of ``body`` (an OpenAI Chat Completions, Anthropic Messages
+    or OpenAI Responses request, ``api`` "openai" | "anthropic" | "responses": Responses'
+    ``input`` items read as messages, a ``function_call`` as an assistant turn, a
+    ``function_call_output`` as a tool result, a string ``input`` as the user's message).
+    ``system``: the system prompt's texts are context too (unless a ``cache_control``
+    marker covers them). Malformed parts are left alone."""
+    root = "input" if api == "responses" else "messages"
+    messages = body.get(root)
+    if isinstance(messages, str) and api == "responses":
+        pins, asked = _request_spans(messages)
+        found = Plan([Segment(body, "input", messages, pins)] if pins is not None else [],
+                     asked)
+        messages = []
+    elif not isinstance(messages, list) or not messages:
         return Plan([], "")
-    found = _turn(messages)
-    if system and found.question.strip() and not any(
-            part[2] for message in messages for part in _parts(message)):
+    else:
+        found = _turn(messages, root)
+    if not found.question.strip():
+        found.segments = []
+    elif system and not any(part[2] for message in messages for part in _parts(message)):
         found.segments[:0] = _system(api, body)
     return found
 
@@ -112,7 +127,18 @@ def plan(api: str, body: dict[str, Any], system: bool = False) -> Plan:
 def _system(api: str, body: dict[str, Any]) -> list[Segment]:
     """The system prompt's texts after its last ``cache_control`` marker."""
     texts: list[tuple[Any, str, bool, Path]] = []
-    if api == "anthropic":
+    if api == "responses":
+        if isinstance(body.get("instructions"), str):
+            texts.append((body, "instructions", False, ()))
+        items = body.get("input")
+        for i, item in enumerate(items if isinstance(items, list) else ()):
+            if _role(item) not in ("system", "developer"):
+                break
+            if isinstance(item.get("content"), str):
+                texts.append((item, "content", False, ("input", i)))
+            else:
+                texts += _text_blocks(item.get("content"), ("input", i, "content"))
+    elif api == "anthropic":
         if isinstance(body.get("system"), str):
             texts.append((body, "system", False, ()))
         else:
@@ -134,18 +160,18 @@ def _text_blocks(blocks: Any, path: Path) -> list[tuple[Any, str, bool, Path]]:
     if not isinstance(blocks, list):
         return []
     return [(b, "text", "cache_control" in b, (*path, j)) for j, b in enumerate(blocks)
-            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+            if isinstance(b, dict) and b.get("type") in _TEXT and isinstance(b.get("text"), str)]
 
 
-def _turn(messages: list[Any]) -> Plan:
+def _turn(messages: list[Any], root: str) -> Plan:
     start = 0
     for i, message in enumerate(messages):
-        if isinstance(message, dict) and message.get("role") == "assistant":
+        if _role(message) == "assistant":
             start = i + 1
     turn = messages[start:]
     # Everything up to the last cache_control marker stays as the client sent it.
     blocks = [(i, part) for i, message in enumerate(turn)
-              for part in _parts(message, ("messages", start + i))]
+              for part in _parts(message, (root, start + i))]
     marked = [n for n, (_, part) in enumerate(blocks) if part[2]]
     first_free = marked[-1] + 1 if marked else 0
     last_user = max((i for i, m in enumerate(turn) if _role(m) == "user"), default=-1)
@@ -172,7 +198,10 @@ def _turn(messages: list[Any]) -> Plan:
 
 
 def _role(message: Any) -> str | None:
-    return message.get("role") if isinstance(message, dict) else None
+    """A message's role; a Responses item's as the chat message it stands for."""
+    if not isinstance(message, dict):
+        return None
+    return _ITEM_ROLES.get(message.get("type"), message.get("role"))
 
 
 def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str, Path]]:
@@ -183,9 +212,10 @@ def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str,
     if role not in ("user", "tool"):
         return
     kind = "tool" if role == "tool" else "text"
-    content = message.get("content")
+    field = "output" if message.get("type") == "function_call_output" else "content"
+    content = message.get(field)
     if isinstance(content, str):
-        yield message, "content", "cache_control" in message, kind, path
+        yield message, field, "cache_control" in message, kind, path
         return
     if not isinstance(content, list):
         return
@@ -194,7 +224,7 @@ def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str,
             continue
         marked = "cache_control" in block
         at = (*path, "content", j)
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
+        if block.get("type") in _TEXT and isinstance(block.get("text"), str):
             yield block, "text", marked, kind, at
         elif block.get("type") == "tool_result":
             inner = block.get("content")

@@ -375,3 +375,36 @@ def test_anthropic_sdk_content_marked_for_caching_is_never_scored_nor_thinned(ma
     assert second["text"].endswith("\n\n" + QUESTION)
     assert gw.logged(1)[0]["compress_fine"] == "applied"
     assert scored_texts(engine) and not any("Archive" in t for t in scored_texts(engine))
+
+
+# -- the Responses API ---------------------------------------------------------------------
+
+def test_a_responses_request_is_cut_translated_and_natively(make, fake, fake_server):
+    gw = make(more=f"""
+[upstreams.native]
+type = "openai"
+base_url = "{fake_server.url}/v1"
+native_responses = true
+
+[models.native]
+targets = [{{ upstream = "native", model = "native-model" }}]
+""")
+    tool_docs = "\n\n".join(DOCS)
+    with oclient(gw) as c:
+        c.responses.create(model="fake-model", input=PROMPT)
+        c.responses.create(model="native", instructions="Answer briefly.", input=[
+            {"role": "user", "content": [{"type": "input_text", "text": PROMPT}]}])
+        c.responses.create(model="native", input=[
+            {"role": "user", "content": "How many people live in Zanzibar Falls?"},
+            {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": tool_docs}])
+    translated, native, tool = (r.json for r in fake.records[-3:])
+    assert_compressed_retrieval_prompt(translated["messages"][0]["content"])
+    assert native["instructions"] == "Answer briefly."
+    assert_compressed_retrieval_prompt(native["input"][0]["content"][0]["text"])
+    assert tool["input"][:2] == [
+        {"role": "user", "content": "How many people live in Zanzibar Falls?"},
+        {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"}]
+    result = tool["input"][2]["output"]
+    assert GOLD in result and len(result) < len(tool_docs) / 2.5
+    assert [r["compress_skip"] for r in gw.logged(3)] == [None, None, None]
