@@ -26,8 +26,8 @@ Steering headers (the module docstring of ``fake_upstream`` has the whole table)
 ``x-fake-tokens`` (text pieces), ``x-fake-itl-ms`` (gap between streamed deltas),
 ``x-fake-die-after`` (drop the connection after N deltas), ``x-fake-finish`` (``length``:
 status ``incomplete``), ``x-fake-usage: 0`` (usage null), ``x-fake-tool`` (call the first
-function tool with ``{"x": 1}``; ``once``: only while the conversation holds no
-``function_call_output``).
+function tool with ``{"x": 1}``, or ``x-fake-tool-args``; ``once``: only while the
+conversation holds no ``function_call_output``).
 
 Structured outputs: with ``text.format.type == "json_schema"`` the text is
 :func:`json_instance` of the schema, so an SDK's ``output_parsed`` works; the chat side uses
@@ -266,7 +266,8 @@ def _response(data: dict[str, Any], headers: dict[str, str],
     status = "incomplete" if incomplete else "completed"
     if steer and name:
         output = [{"id": _id("fc"), "type": "function_call", "status": "completed",
-                   "call_id": _id("call"), "name": name, "arguments": '{"x": 1}'}]
+                   "call_id": _id("call"), "name": name,
+                   "arguments": headers.get("x-fake-tool-args", '{"x": 1}')}]
         produced = 1
     else:
         pieces = text_pieces(int(headers.get("x-fake-tokens", 8)), schema_of(data))

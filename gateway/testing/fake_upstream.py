@@ -17,13 +17,13 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-die-after``        streaming: drop the connection after N content chunks
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
 ``x-fake-set-cookie``       send this Set-Cookie header with a completion
-``x-fake-finish``           finish_reason of the answer (default "stop"; Responses:
-                            "length" is status ``incomplete``)
+``x-fake-finish``           finish_reason (default "stop"; Responses: "length" is incomplete)
 ``x-fake-tail-ms``          streaming: end the body this long after ``[DONE]``
-``x-fake-tool``             call the request's first function tool with ``{"x": 1}``
-                            instead of answering text (chat: finish_reason "tool_calls");
-                            ``once``: only while no tool result is in the conversation
-                            (chat: a ``tool`` message; Responses: ``function_call_output``)
+``x-fake-tool``             call the request's first function tool with ``{"x": 1}`` (or
+                            the JSON of ``x-fake-tool-args``) instead of answering text (chat:
+                            finish_reason "tool_calls"); ``once``: only while no tool result is
+                            in the conversation (chat: a ``tool`` message; Responses: a
+                            ``function_call_output`` item), so an agent's loop ends
 ``x-fake-cache-scope``      with ``simulate_cache``: which simulated cache (default "")
 ``x-fake-clock``            with ``simulate_cache``: the simulated time (s) of the request
 ``x-fake-hold``             answer only once the test calls ``release(NAME)`` with this value
@@ -386,7 +386,8 @@ def _tool_call(data: Any, headers: dict[str, str]) -> dict[str, Any] | None:
     for tool in data.get("tools") or ():
         if isinstance(tool, dict) and tool.get("type") == "function":
             return {"id": "call_fake0", "type": "function", "function": {
-                "name": tool["function"]["name"], "arguments": '{"x": 1}'}}
+                "name": tool["function"]["name"],
+                "arguments": headers.get("x-fake-tool-args", '{"x": 1}')}}
     return None
 
 

@@ -113,11 +113,14 @@ def test_tool_once_calls_until_a_tool_result_is_in_the_conversation(
     chained = client.responses.create(model="gpt-x", tools=[WEATHER], extra_headers=once,  # type: ignore[list-item]
                                       input=[result], previous_response_id=first.id)  # type: ignore[list-item]
     assert again.output_text == chained.output_text == TEXT
-    # Any other value calls every time, as before.
+    # Any other value calls every time, as before; x-fake-tool-args are its arguments.
     always = client.responses.create(model="gpt-x", tools=[WEATHER], input=[result],  # type: ignore[list-item]
-                                     previous_response_id=first.id,
-                                     extra_headers={"x-fake-tool": "1"})
-    assert always.output[0].type == "function_call"
+                                     previous_response_id=first.id, extra_headers={
+                                         "x-fake-tool": "1",
+                                         "x-fake-tool-args": '{"city": "Paris"}'})
+    [call] = always.output
+    assert call.type == "function_call" and call.arguments == '{"city": "Paris"}'
+
 
 
 def test_a_function_call_streams_its_argument_deltas(client: openai.OpenAI) -> None:
@@ -139,10 +142,12 @@ def test_chat_tool_once_answers_text_after_a_tool_message(client: openai.OpenAI)
     tools = [{"type": "function", "function": {"name": "get_weather",
                                                "parameters": {"type": "object"}}}]
     ask = [{"role": "user", "content": "Weather in Paris?"}]
-    first = client.chat.completions.create(model="m", messages=ask, tools=tools,  # type: ignore[arg-type]
-                                           extra_headers={"x-fake-tool": "once"})
+    first = client.chat.completions.create(
+        model="m", messages=ask, tools=tools,  # type: ignore[arg-type]
+        extra_headers={"x-fake-tool": "once", "x-fake-tool-args": '{"city": "Paris"}'})
     [call] = first.choices[0].message.tool_calls or []
     assert first.choices[0].finish_reason == "tool_calls"
+    assert call.type == "function" and call.function.arguments == '{"city": "Paris"}'
     answered = [*ask, first.choices[0].message.model_dump(exclude_none=True),
                 {"role": "tool", "tool_call_id": call.id, "content": "Sunny"}]
     second = client.chat.completions.create(model="m", messages=answered, tools=tools,  # type: ignore[arg-type]
