@@ -34,8 +34,20 @@ over its own floor (so the fakes' own costs cancel):
 - c=32, unary and stream: its throughput over the floor >= 0.95 x chat's (the 5% is this
   VM's run-to-run noise on a ratio of ratios).
 
+And of issue 30 (``responses`` in ``--apis``, as by default): the gateway's
+``/v1/responses``, translated to the fake OpenAI upstream's chat endpoint (the upstream is
+not ``native_responses``; ``store`` unset, so the gateway keeps each response, as OpenAI's
+default asks), against the gateway's ``/v1/chat/completions`` on the same fake with the same
+conversation, the two and direct (the fake's chat endpoint) in the same interleaved rounds
+(``responses_*`` results: ``chat`` and ``responses`` over ``direct``):
+
+- c=1, unary and stream: its added p50 <= chat's + 0.1 ms;
+- c=32, unary and stream: its throughput >= 0.95 x chat's (pooled: direct cancels).
+
+The checks and the summary line are computed in ``overhead_checks.py``.
+
     python bench/overhead.py [--requests 2000] [--concurrency 1 32] [--rounds 10]
-                             [--apis openai anthropic]
+                             [--apis openai anthropic responses]
 
 Prints a JSON document (``results`` per measurement, ``acceptance`` per check), then one
 summary line starting ``overhead:``.
@@ -69,6 +81,7 @@ import aiohttp
 import instructions
 import orjson
 import uvloop
+from overhead_checks import acceptance, summary_line
 from processes import (
     free_port,
     start_fake,
@@ -87,10 +100,14 @@ BODIES = {
         "max_tokens": 64},
     "anthropic": {"model": "bench-claude", "max_tokens": 64, "system": SYSTEM,
                   "messages": [{"role": "user", "content": QUESTION}]},
+    # The same conversation as "openai"'s, as a Responses request.
+    "responses": {"model": "bench-model", "instructions": SYSTEM, "input": QUESTION,
+                  "max_output_tokens": 64},
 }
-PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages",
+         "responses": "/v1/responses"}
 #: Results are named f"{PREFIX[api]}{mode}_c{concurrency}".
-PREFIX = {"openai": "", "anthropic": "messages_"}
+PREFIX = {"openai": "", "anthropic": "messages_", "responses": "responses_"}
 #: The gateway's config for the Anthropic side (the key is only checked for presence).
 ANTHROPIC_CONFIG = """
 [upstreams.claude]
@@ -100,8 +117,11 @@ api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]
 targets = [{{ upstream = "claude", model = "claude-bench" }}]
 """
-TARGETS = ("direct", "floor", "gateway")
-PROXIES = ("floor", "gateway")
+#: Who each API's measurement runs in its rounds, direct (the fake itself) first, and
+#: which API's body each is sent.
+TARGETS = {"openai": {"direct": "openai", "floor": "openai", "gateway": "openai"},
+           "anthropic": {"direct": "anthropic", "floor": "anthropic", "gateway": "anthropic"},
+           "responses": {"direct": "openai", "chat": "openai", "responses": "responses"}}
 
 
 class Load:
@@ -197,102 +217,27 @@ def over_direct(proxy: Load, direct: Load, rounds: list[dict[str, Load]],
 async def measure(session: aiohttp.ClientSession, urls: dict[str, str], stream: bool,
                   conc: int, requests: int, rounds: int,
                   headers: dict[str, str], api: str = "openai") -> dict[str, Any]:
+    """One measurement of ``TARGETS[api]`` (``urls``: target -> URL): a row of results."""
+    bodies = TARGETS[api]
+    targets = tuple(bodies)
     # warm every path (connections, code caches) before measuring
-    for url in urls.values():
-        await run_load(session, url, stream, conc, max(50, conc * 4), headers, api)
-    pooled = {t: Load() for t in TARGETS}
+    for t in targets:
+        await run_load(session, urls[t], stream, conc, max(50, conc * 4), headers, bodies[t])
+    pooled = {t: Load() for t in targets}
     per_round: list[dict[str, Load]] = []
     for r in range(rounds):
         # Short rounds, rotating who goes first, so drift in the machine's speed hits all.
-        order = TARGETS[r % 3:] + TARGETS[:r % 3]
+        order = targets[r % len(targets):] + targets[:r % len(targets)]
         runs = {}
         for t in order:
             runs[t] = await run_load(session, urls[t], stream, conc, requests // rounds,
-                                     headers, api)
+                                     headers, bodies[t])
             pooled[t].add(runs[t])
         per_round.append(runs)
     row: dict[str, Any] = {"direct": pooled["direct"].summary()}
-    for t in PROXIES:
+    for t in targets[1:]:
         row[t] = over_direct(pooled[t], pooled["direct"], per_round, t)
     return row
-
-
-def acceptance(results: dict[str, Any]) -> dict[str, Any]:
-    """The issue's checks, on the measurements present (each needs c=1 or c=32)."""
-    checks: dict[str, Any] = {}
-    for mode in ("unary", "stream"):
-        if row := results.get(f"{mode}_c1"):
-            g, f = row["gateway"]["added_p50_ms_median"], row["floor"]["added_p50_ms_median"]
-            excess = round(g - f, 3)
-            checks[f"{mode}_c1_added_p50"] = {
-                "gateway_added_p50_ms": g, "floor_added_p50_ms": f,
-                "excess_ms": excess, "max_excess_ms": 0.1, "holds": excess <= 0.1}
-    for mode in ("unary", "stream"):
-        if row := results.get(f"{mode}_c32"):
-            g = row["gateway"]["throughput_ratio"]
-            f = row["floor"]["throughput_ratio"]
-            rel = round(g / f, 3)
-            checks[f"{mode}_c32_throughput"] = {
-                "gateway_over_direct": g, "floor_over_direct": f,
-                "gateway_over_floor": rel, "min_gateway_over_floor": 0.9, "holds": rel >= 0.9}
-    for mode in ("unary", "stream"):
-        if row := results.get(f"{mode}_c32"):
-            g, f = row["gateway"]["added_p99_ms"], row["floor"]["added_p99_ms"]
-            limit = round(1.5 * f + 2, 3)
-            checks[f"{mode}_c32_added_p99"] = {
-                "gateway_added_p99_ms": g, "floor_added_p99_ms": f,
-                "limit_ms": limit, "holds": g <= limit}
-    for mode in ("unary", "stream"):
-        chat, messages = results.get(f"{mode}_c1"), results.get(f"messages_{mode}_c1")
-        if chat and messages:
-            c, m = (round(r["gateway"]["added_p50_ms_median"]
-                          - r["floor"]["added_p50_ms_median"], 3) for r in (chat, messages))
-            checks[f"messages_{mode}_c1_excess_vs_chat"] = {
-                "messages_excess_ms": m, "chat_excess_ms": c, "max_ms": round(c + 0.1, 3),
-                "holds": m <= c + 0.1}
-    for mode in ("unary", "stream"):
-        chat, messages = results.get(f"{mode}_c32"), results.get(f"messages_{mode}_c32")
-        if chat and messages:
-            c, m = (round(r["gateway"]["throughput_ratio"]
-                          / r["floor"]["throughput_ratio"], 3) for r in (chat, messages))
-            checks[f"messages_{mode}_c32_throughput_vs_chat"] = {
-                "messages_over_floor": m, "chat_over_floor": c,
-                "min_over_floor": round(0.95 * c, 3), "holds": m >= 0.95 * c}
-    checks["all_hold"] = all(c["holds"] for c in checks.values())
-    return checks
-
-
-def summary_line(results: dict[str, Any], checks: dict[str, Any]) -> str:
-    def yn(c: dict[str, Any]) -> str:
-        return "yes" if c["holds"] else "NO"
-
-    parts = []
-    for mode in ("unary", "stream"):
-        if c := checks.get(f"{mode}_c1_added_p50"):
-            parts.append(f"c1 {mode} added p50 gateway {c['gateway_added_p50_ms']} vs floor "
-                         f"{c['floor_added_p50_ms']} ms ({c['excess_ms']:+} <= 0.1: {yn(c)})")
-    for mode in ("unary", "stream"):
-        if c := checks.get(f"{mode}_c32_throughput"):
-            parts.append(f"c32 {mode} throughput/direct gateway {c['gateway_over_direct']} vs "
-                         f"floor {c['floor_over_direct']} ({c['gateway_over_floor']} >= 0.9: "
-                         f"{yn(c)})")
-    for mode in ("unary", "stream"):
-        if c := checks.get(f"{mode}_c32_added_p99"):
-            parts.append(f"c32 {mode} added p99 gateway {c['gateway_added_p99_ms']} vs floor "
-                         f"{c['floor_added_p99_ms']} ms (<= {c['limit_ms']}: {yn(c)})")
-    for mode in ("unary", "stream"):
-        if c := checks.get(f"messages_{mode}_c1_excess_vs_chat"):
-            parts.append(f"c1 {mode} /v1/messages excess over floor {c['messages_excess_ms']} "
-                         f"vs chat {c['chat_excess_ms']} ms (<= {c['max_ms']}: {yn(c)})")
-    for mode in ("unary", "stream"):
-        if c := checks.get(f"messages_{mode}_c32_throughput_vs_chat"):
-            parts.append(f"c32 {mode} /v1/messages throughput/floor {c['messages_over_floor']} "
-                         f"vs chat {c['chat_over_floor']} (>= {c['min_over_floor']}: {yn(c)})")
-    errors = {t: sum(r[t]["errors"] for r in results.values()) for t in PROXIES}
-    if any(errors.values()):
-        parts.append(f"errors gateway {errors['gateway']} floor {errors['floor']}")
-    parts.append(f"all hold: {'yes' if checks['all_hold'] else 'NO'}")
-    return "overhead: " + "; ".join(parts)
 
 
 def steering(args: argparse.Namespace) -> dict[str, str]:
@@ -308,7 +253,7 @@ def steering(args: argparse.Namespace) -> dict[str, str]:
 async def bench(args: argparse.Namespace, urls: dict[str, dict[str, str]]
                 ) -> dict[str, Any]:
     headers = steering(args)
-    api_headers = {"openai": headers, "anthropic": {
+    api_headers = {"openai": headers, "responses": headers, "anthropic": {
         **headers, "x-api-key": "bench", "anthropic-version": "2023-06-01"}}
     results: dict[str, Any] = {}
     connector = aiohttp.TCPConnector(limit=0)
@@ -329,14 +274,15 @@ def main() -> int:
                         help="requests per target per measurement at concurrency 1 (x2 above)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--rounds", type=int, default=10,
-                        help="rounds per measurement, each running direct, floor and gateway")
+                        help="rounds per measurement, each running every target (direct, "
+                             "floor, gateway; --apis responses: direct, chat, responses)")
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per response")
     parser.add_argument("--ttft-ms", type=float, default=0)
     parser.add_argument("--itl-ms", type=float, default=None,
                         help="gap between streamed chunks (default 0; --instructions: "
                              f"{instructions.ITL_MS}, so each chunk is its own read)")
-    parser.add_argument("--apis", nargs="+", choices=("openai", "anthropic"),
-                        default=["openai", "anthropic"])
+    parser.add_argument("--apis", nargs="+", choices=tuple(PATHS),
+                        default=["openai", "anthropic", "responses"])
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions per request instead (callgrind)")
     parser.add_argument("--instructions-requests", type=int, default=200,
@@ -370,7 +316,11 @@ def main() -> int:
             ports = {"openai": (fake_port, floor_port, gw_port),
                      "anthropic": (anth_port, anth_floor_port, gw_port)}
             urls = {api: {t: f"http://127.0.0.1:{port}{PATHS[api]}"
-                          for t, port in zip(TARGETS, ports[api])} for api in PATHS}
+                          for t, port in zip(TARGETS[api], ports[api])} for api in ports}
+            # /v1/responses beside /v1/chat/completions, on the same gateway and fake
+            urls["responses"] = {"direct": urls["openai"]["direct"],
+                                 "chat": urls["openai"]["gateway"],
+                                 "responses": f"http://127.0.0.1:{gw_port}{PATHS['responses']}"}
 
             async def go() -> dict[str, Any]:
                 await wait_ready(f"http://127.0.0.1:{fake_port}/v1/models")
