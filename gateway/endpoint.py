@@ -97,7 +97,9 @@ class ModelEndpoint:
             ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
-            with gw.watches.watch(receive, task):
+            with gw.watches.watch(receive, task) as watch:
+                if rec.stream:  # a client leaving a stream is noticed at once (no grace)
+                    watch.now()
                 if api is RESPONSES:  # a conversation rebuilt before, the answer kept after
                     turn = await gw.responses.resolve(ctx)
                     reply = await runtime.pipeline(ctx)
