@@ -201,7 +201,8 @@ def _role(message: Any) -> str | None:
     """A message's role; a Responses item's as the chat message it stands for."""
     if not isinstance(message, dict):
         return None
-    return _ITEM_ROLES.get(message.get("type"), message.get("role"))
+    role = _ITEM_ROLES.get(str(message.get("type")))
+    return role if role is not None else message.get("role")
 
 
 def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str, Path]]:
