@@ -20,6 +20,7 @@ from gateway.context import RequestContext
 from gateway.formats.anthropic import finish_reason_of
 from gateway.formats.bridge import Bridge, bridge
 from gateway.formats.openai import with_usage_option
+from gateway.formats.responses import response_finish_reason
 from gateway.formats.usage import Usage
 from gateway.http import forward_request_headers
 from gateway.upstreams.base import Upstream, UpstreamRequest
@@ -128,3 +129,5 @@ def observe(status: int, obj: Any, ctx: RequestContext) -> None:
         ctx.finish_reason = choices[-1].get("finish_reason")
     elif "stop_reason" in obj:
         ctx.finish_reason = finish_reason_of(obj["stop_reason"])
+    elif obj.get("object") == "response":  # OpenAI Responses, from a native upstream
+        ctx.finish_reason = response_finish_reason(obj)

@@ -28,7 +28,7 @@ from gateway.formats.answer import Answer
 from gateway.formats.checks import invalid_type, invalid_value, load_request, missing
 
 __all__ = ["HOSTED_TOOLS", "answer_from_response", "chat_view", "input_messages",
-           "parse_request", "response_body", "response_object"]
+           "parse_request", "response_body", "response_finish_reason", "response_object"]
 
 #: Tools the provider runs itself: only a native OpenAI upstream can serve them.
 HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search",
@@ -229,3 +229,17 @@ def response_object(answer: Answer, id_: str | None = None, *,
 def response_body(answer: Answer, id_: str | None = None) -> bytes:
     """:func:`response_object` as JSON bytes."""
     return orjson.dumps(response_object(answer, id_))
+
+
+def response_finish_reason(obj: dict[str, Any]) -> str | None:
+    """A ``response`` object's end in chat's words: ``length`` (incomplete at its token
+    limit), ``tool_calls`` (a function call in its output), ``stop``; None when not done."""
+    status = obj.get("status")
+    if status == "incomplete":
+        return "length"
+    if status != "completed":
+        return None
+    output = obj.get("output")
+    calls = isinstance(output, list) and any(
+        isinstance(item, dict) and item.get("type") == "function_call" for item in output)
+    return "tool_calls" if calls else "stop"

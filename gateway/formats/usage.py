@@ -27,11 +27,16 @@ class Usage(NamedTuple):
 
     @classmethod
     def of(cls, usage: dict[str, Any] | None) -> Usage | None:
-        """The counts of a usage object, OpenAI's or Anthropic's (told apart by
-        ``input_tokens``: Anthropic's excludes the cache reads and writes, which are added
-        so that ``prompt_tokens`` counts all input either way); None for none (or ``{}``)."""
+        """The counts of a usage object, OpenAI's (Chat Completions, or Responses: told by
+        ``input_tokens_details``) or Anthropic's (``input_tokens`` without details: it
+        excludes the cache reads and writes, which are added so that ``prompt_tokens``
+        counts all input either way); None for none (or ``{}``)."""
         if not usage:
             return None
+        details = usage.get("input_tokens_details")
+        if isinstance(details, dict):  # OpenAI Responses: input_tokens counts the reads
+            return cls(usage.get("input_tokens"), usage.get("output_tokens"),
+                       details.get("cached_tokens"))
         if "input_tokens" in usage:
             read = usage.get("cache_read_input_tokens")
             written = usage.get("cache_creation_input_tokens")

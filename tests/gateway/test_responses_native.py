@@ -56,8 +56,12 @@ def test_a_native_upstream_gets_the_responses_body(gw: GatewayServer,
     assert sent["tools"] == [{"type": "web_search"}] and sent["metadata"] == {"k": "v"}
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert final.output_text == r.output_text
-    log = gw.logged(2)[-1]
+    first_log, log = gw.logged(2)[-2:]
     assert (log["api"], log["upstream"], log["status"]) == ("responses", "native", 200)
+    assert r.usage is not None
+    assert (first_log["prompt_tokens"], first_log["completion_tokens"]) == (
+        r.usage.input_tokens, r.usage.output_tokens)
+    assert first_log["finish_reason"] == log["finish_reason"] == "stop"
 
 
 def test_a_conversation_the_upstream_keeps_is_continued_by_its_id(
@@ -126,3 +130,4 @@ def test_a_function_tool_round_trip_natively(gw: GatewayServer, fake: FakeUpstre
                     "output": "Sunny"}])
     assert second.output_text
     assert body(fake)["previous_response_id"] == first.id
+    assert [r["finish_reason"] for r in gw.logged(2)] == ["tool_calls", "stop"]
