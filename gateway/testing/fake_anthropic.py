@@ -10,7 +10,7 @@ translator bug fails loudly, a 400 naming the field. Steering headers (as in the
 =========================  ===========================================================
 ``x-fake-ttft-ms``          delay before the first byte of the response (default 0)
 ``x-fake-itl-ms``           delay between streamed deltas (default 0)
-``x-fake-tokens``           text words ``tok0 tok1 ...`` (default 8; over max_tokens: cut)
+``x-fake-tokens``           words ``tok0 ...`` (default 8; max_tokens cuts), or JSON (json_schema)
 ``x-fake-status``           answer this status, an Anthropic error (529 overloaded_error...)
 ``x-fake-retry-after``      retry-after header (seconds) sent with that status
 ``x-fake-fail-times``       fail (x-fake-status, else 529) the first N with this x-fake-key
@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from gateway.testing.fake_responses import json_instance
 from gateway.testing.fake_upstream import FakeUpstream, Record, _send_json, _wait
 from gateway.types import Message, Send
 
@@ -277,8 +278,10 @@ def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) ->
     if thinking := int(headers.get("x-fake-thinking", 0)):
         content.append({"type": "thinking", "signature": f"sig_fake_{thinking}",
                         "thinking": " ".join(f"think{i}" for i in range(thinking))})
-    if n:
-        content.append({"type": "text", "text": " ".join(f"tok{i}" for i in range(n))})
+    fmt = (data.get("output_config") or {}).get("format") or {}  # structured outputs
+    text = orjson.dumps(json_instance(fmt.get("schema"))).decode() \
+        if fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
+    content += [{"type": "text", "text": text}] if n else []
     custom = [t["name"] for t in data.get("tools") or () if t.get("type") in (None, "custom")]
     tool = {"type": "tool_use", "id": f"toolu_fake{uuid.uuid4().hex[:20]}", "name": custom[0],
             "input": {"x": 1}} if "x-fake-tool" in headers and custom and n == wanted else None
@@ -356,8 +359,7 @@ class FakeAnthropic(FakeUpstream):
                 raise ApiError(status, "Overloaded" if status == 529 else
                                f"fake upstream error {status}", headers.get("x-fake-retry-after"))
             if route == "count":
-                await _send_json(send, 200, {"input_tokens": count_tokens(data)}, rec, ids)
-                return
+                return await _send_json(send, 200, {"input_tokens": count_tokens(data)}, rec, ids)
             cache = self.simulate_cache and self._sims.anthropic(data, headers)
             message = _answer(data, headers, cache)
         except ApiError as exc:
@@ -375,9 +377,9 @@ class FakeAnthropic(FakeUpstream):
         itl = float(headers.get("x-fake-itl-ms", 0)) / 1000
         die_after = int(headers.get("x-fake-die-after", -1))
         midway = int(headers.get("x-fake-error-midway", -1))
-        sse = [(b"content-type", b"text/event-stream; charset=utf-8"),
-               (b"cache-control", b"no-cache"), *ids]
-        await send({"type": "http.response.start", "status": 200, "headers": sse})
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+            *ids]})
         rec.first_byte = time.monotonic()
         delay = False
         for event, obj in _events(message):
@@ -385,9 +387,8 @@ class FakeAnthropic(FakeUpstream):
             if text and rec.chunks_sent == die_after:
                 raise ConnectionAbortedError("fake anthropic: dying mid-stream on request")
             if text and rec.chunks_sent == midway:
-                error = {"type": "overloaded_error", "message": "Overloaded"}
-                await send(_sse("error", {"error": error}, more=False))
-                return
+                return await send(_sse("error", {"error": {
+                    "type": "overloaded_error", "message": "Overloaded"}}, more=False))
             if event == "content_block_delta":
                 if (itl and delay and await _wait(disconnected, itl)) or disconnected.is_set():
                     return

@@ -113,7 +113,8 @@ def test_an_unknown_or_failed_response_cannot_be_continued(gw: GatewayServer,
 
 def test_one_key_never_reads_another_keys_responses(
         make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
-    keys = "".join(f'\n[[auth.keys]]\nid = "{k}"\nsha256 = "{hashlib.sha256(k.encode()).hexdigest()}"\n'
+    keys = "".join(f'\n[[auth.keys]]\nid = "{k}"\n'
+                   f'sha256 = "{hashlib.sha256(k.encode()).hexdigest()}"\n'
                    for k in ("team-a", "team-b"))
     gw = make_gateway(keys)
     with sdk(gw, "team-a") as a, sdk(gw, "team-b") as b:
@@ -194,3 +195,45 @@ def test_memory_records_expire_and_stay_within_their_bytes() -> None:
         assert await records.get("a") is None and await records.get("c") == b"123"
         assert records.size == 3
     asyncio.run(go())
+
+
+def test_an_anthropic_upstream_parses_json_schema_and_round_trips_a_tool(
+        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    monkeypatch.setenv("GATEWAY_TEST_STATE_ANTHROPIC_KEY", "sk-ant-upstream")
+    claude, url = claude_server
+    claude.clear()
+    gw = make_gateway(f"""
+[upstreams.claude]
+type = "anthropic"
+base_url = "{url}"
+api_key_env = "GATEWAY_TEST_STATE_ANTHROPIC_KEY"
+
+[models.claude]
+targets = [{{ upstream = "claude", model = "claude-upstream" }}]
+""")
+    tools: Any = [{"type": "function", "name": "weather", "strict": False,
+                   "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}]
+    with sdk(gw) as client:
+        parsed = client.responses.parse(model="claude", input="Paris?", text_format=Weather)
+        first = client.responses.create(model="claude", input="Weather?", tools=tools,
+                                        extra_headers={"x-fake-tool": "1"})
+        [call] = [item for item in first.output if item.type == "function_call"]
+        second = client.responses.create(
+            model="claude", tools=tools, previous_response_id=first.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id,
+                    "output": "Sunny"}])
+    assert isinstance(parsed.output_parsed, Weather)
+    assert claude.records[0].json["output_config"]["format"]["type"] == "json_schema"
+    assert call.name == "weather" and second.output_text
+    sent = claude.records[-1].json["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"][-1]["type"] == "tool_use"
+    assert sent[2]["content"][0] == {"type": "tool_result", "content": "Sunny",
+                                     "tool_use_id": sent[1]["content"][-1]["id"]}
