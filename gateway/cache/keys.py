@@ -102,6 +102,10 @@ def cache_key(data: dict[str, Any], namespace: str, model: str, query: str | Non
     return key
 
 
+#: Responses fields naming what only the upstream holds: the request alone is not the question.
+_HELD_UPSTREAM = ("previous_response_id", "conversation", "prompt")
+
+
 def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | None:
     """Why this request must not be served from (or stored in) the cache, or None."""
     n = data.get("n")
@@ -116,6 +120,7 @@ def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | Non
     temperature = data.get("temperature")
     if (1.0 if temperature is None else temperature) > max_temperature:
         return "temperature"
-    if "previous_response_id" in data:  # a conversation only its upstream holds
-        return "previous_response_id"
+    for held in _HELD_UPSTREAM:  # Responses: a conversation or prompt only OpenAI holds
+        if held in data:
+            return held
     return None

@@ -237,3 +237,14 @@ targets = [{{ upstream = "claude", model = "claude-upstream" }}]
     assert sent[1]["content"][-1]["type"] == "tool_use"
     assert sent[2]["content"][0] == {"type": "tool_result", "content": "Sunny",
                                      "tool_use_id": sent[1]["content"][-1]["id"]}
+
+
+def test_what_only_openai_holds_is_refused_on_a_chat_upstream(gw: GatewayServer,
+                                                              fake: FakeUpstream) -> None:
+    with sdk(gw) as client:
+        held: Any
+        for held in ({"conversation": "conv_1"}, {"prompt": {"id": "pmpt_1"}}):
+            with pytest.raises(openai.BadRequestError) as err:
+                client.responses.create(model="fake-model", input="hi", **held)
+            assert err.value.param == next(iter(held))
+    assert fake.records == []

@@ -20,9 +20,13 @@ function ``tools``             ``tools`` as ``{"type": "function", "function": {
 
 A 400 instead: a hosted tool (web search, file search, code interpreter, ...: the upstream
 cannot run it), ``previous_response_id`` (left in only when the gateway's response store
-does not hold it: :mod:`gateway.response_store.store`),
-``background``. Dropped: ``store``, ``metadata``, ``include``, ``reasoning``, ``truncation``
-(nothing to say them to), and reasoning items of the input.
+does not hold it: :mod:`gateway.response_store.store`), ``conversation`` and ``prompt``
+(a conversation or a prompt template OpenAI keeps: without it the answer would differ),
+``background``. Dropped (nothing to say them to; the answer's text does not depend on
+them): ``store``, ``metadata``, ``include``, ``reasoning``, ``truncation``, ``service_tier``,
+``safety_identifier``, ``top_logprobs`` (the answer carries no logprobs), ``max_tool_calls``,
+``text.verbosity``, ``prompt_cache_retention``, ``stream_options``, and reasoning items of
+the input.
 Sources: https://platform.openai.com/docs/api-reference/responses,
 https://platform.openai.com/docs/api-reference/chat
 """
@@ -39,7 +43,10 @@ __all__ = ["chat_request"]
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user")
 _NOT_HELD = ("names a response this gateway does not hold: only an upstream that keeps "
              "responses itself can continue it")
+_KEPT_UPSTREAM = "is kept by OpenAI: only a native_responses upstream can serve it"
 _REFUSED = {"previous_response_id": (_NOT_HELD, "previous_response_not_found"),
+            "conversation": (_KEPT_UPSTREAM, "unsupported_parameter"),
+            "prompt": (_KEPT_UPSTREAM, "unsupported_parameter"),
             "background": ("is not available for this upstream", "unsupported_parameter")}
 
 
