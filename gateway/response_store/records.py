@@ -60,6 +60,10 @@ class MemoryRecords:
         return entry[1]
 
     async def put(self, key: str, value: bytes, ttl_s: int) -> None:
+        self.put_now(key, value, ttl_s)
+
+    def put_now(self, key: str, value: bytes, ttl_s: int) -> None:
+        """:meth:`put` without a coroutine (nothing here waits)."""
         if key in self._entries:
             self._drop(key)
         if len(value) > self.max_bytes:

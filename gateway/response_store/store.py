@@ -40,7 +40,7 @@ import structlog
 
 from gateway.context import Outcome, Reply, RequestContext, UpstreamState
 from gateway.errors import InvalidRequest
-from gateway.response_store.records import Records, StoreUnavailable
+from gateway.response_store.records import MemoryRecords, Records, StoreUnavailable
 from gateway.upstreams.base import Upstream
 from llm_wire.sse import EventReader
 
@@ -201,6 +201,10 @@ class ResponseStore:
         value = orjson.dumps({"response": response, "items": turn.items,
                               "upstream": upstream})
         key = turn.key + rid
+        records = self.records
+        if isinstance(records, MemoryRecords):  # written at once: no task to make
+            records.put_now(key, value, self.ttl_s)
+            return
         task = asyncio.ensure_future(self._put(key, value))
         if not task.done():
             self._writing[key] = task
