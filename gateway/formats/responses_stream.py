@@ -23,9 +23,10 @@ from gateway.formats.openai import completion_events
 from gateway.formats.responses import answer_from_response
 from gateway.formats.responses_to_openai.stream import ResponsesStreamFromChat
 from gateway.formats.translator import load_object
-from llm_wire.sse import EventReader, cut_events, json_event
+from llm_wire.sse import cut_events, json_event, parse_event
 
-__all__ = ["AnswerCollector", "StreamObserver", "error_event", "response_events"]
+__all__ = ["AnswerCollector", "StreamObserver", "error_event", "events_with", "final_response",
+           "response_events"]
 
 _END = {"response.completed": "stop", "response.incomplete": "length"}
 
@@ -39,6 +40,32 @@ def _usage(obj: dict[str, Any]) -> dict[str, Any] | None:
             "completion_tokens": usage.get("output_tokens"),
             "total_tokens": usage.get("total_tokens"),
             "prompt_tokens_details": {"cached_tokens": details.get("cached_tokens", 0)}}
+
+
+#: What the observer reads: the ends of a stream (its other events are passed by unread).
+_NOTED = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
+_FINAL = (b"response.completed", b"response.incomplete")
+
+
+def events_with(block: bytes, markers: tuple[bytes, ...]) -> list[tuple[str | None, bytes]]:
+    """The events of a block of whole SSE events that contain one of ``markers`` (their
+    type, in the ``event:`` line and the data), parsed; the others (text deltas, the bulk of
+    a stream) are not."""
+    if not any(m in block for m in markers):
+        return []
+    return [parse_event(raw) for raw in block.replace(b"\r\n", b"\n").split(b"\n\n")
+            if any(m in raw for m in markers)]
+
+
+def final_response(block: bytes, ends: tuple[bytes, ...] = _FINAL) -> dict[str, Any] | None:
+    """The response object of the last ``response.completed`` (or ``response.incomplete``)
+    event in a block of whole SSE events, or None."""
+    found = None
+    for _, data in events_with(block, ends):
+        obj = load_object(data)
+        if obj is not None and obj.get("type") in _END and isinstance(obj.get("response"), dict):
+            found = obj["response"]
+    return found
 
 
 class StreamObserver:
@@ -72,8 +99,7 @@ class StreamObserver:
         return rest + b"\n\n"
 
     def _observe(self, block: bytes) -> None:
-        reader = EventReader()
-        for name, data in reader.feed(block) + reader.flush():
+        for name, data in events_with(block, _NOTED):
             obj = load_object(data) or {}
             kind = obj.get("type") or name
             if kind in _END:
@@ -94,18 +120,16 @@ class StreamObserver:
 class AnswerCollector:
     """Rebuilds the answer of a Responses stream from its final response object."""
 
-    __slots__ = ("_final", "_reader")
+    __slots__ = ("_final",)
 
     def __init__(self) -> None:
-        self._reader = EventReader()
         self._final: dict[str, Any] | None = None
 
     def feed(self, events: bytes) -> None:
         """Take a block of whole SSE events."""
-        for _, data in self._reader.feed(events):
-            obj = load_object(data)
-            if obj is not None and obj.get("type") == "response.completed":
-                self._final = obj.get("response")
+        final = final_response(events, (b"response.completed",))
+        if final is not None:
+            self._final = final
 
     def answer(self, finish: str | None, usage: dict[str, Any] | None) -> Answer | None:
         """The whole answer (tool calls included only when the response carried them and

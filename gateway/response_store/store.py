@@ -40,9 +40,9 @@ import structlog
 
 from gateway.context import Outcome, Reply, RequestContext, UpstreamState
 from gateway.errors import InvalidRequest
+from gateway.formats.responses_stream import final_response
 from gateway.response_store.records import MemoryRecords, Records, StoreUnavailable
 from gateway.upstreams.base import Upstream
-from llm_wire.sse import EventReader
 
 __all__ = ["ResponseStore", "Turn", "context_items"]
 
@@ -52,7 +52,6 @@ log = structlog.get_logger("gateway.responses")
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
            "reasoning": "rs_"}
-_END_EVENTS = (b"response.completed", b"response.incomplete")
 
 
 @dataclass(slots=True)
@@ -164,22 +163,13 @@ class ResponseStore:
         if not turn.store or reply.status != 200:
             return
         if reply.stream is not None:
-            reader = EventReader()
-
             def tap(events: bytes) -> None:
-                if _END_EVENTS[0] in events or _END_EVENTS[1] in events:
-                    for _, data in reader.feed(events):
-                        obj = _object(data)
-                        if obj is not None and obj.get("type") in (
-                                "response.completed", "response.incomplete"):
-                            turn.response = obj.get("response")
+                final = final_response(events)
+                if final is not None:
+                    turn.response = final
             reply.taps.append(tap)
         elif reply.sse:  # a whole stream made by the gateway (a cache hit)
-            for _, data in EventReader().feed(reply.body):
-                obj = _object(data)
-                if obj is not None and obj.get("type") in ("response.completed",
-                                                           "response.incomplete"):
-                    turn.response = obj.get("response")
+            turn.response = final_response(reply.body)
         else:
             turn.response = reply.json if isinstance(reply.json, dict) else _object(reply.body)
         native = ctx.upstream if ctx.record.cache != "hit" else None
