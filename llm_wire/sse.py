@@ -82,6 +82,9 @@ class EventReader:
         self._buf = b""
 
     def feed(self, chunk: bytes) -> list[Event]:
+        if not self._buf and chunk[:6] == b"data: " and chunk.find(10) == len(chunk) - 2 \
+                and chunk[-1] == 10:  # one whole data-only event, as OpenAI streams arrive
+            return [(None, chunk[6:-2])]
         block, self._buf = cut_events(self._buf + chunk if self._buf else chunk)
         return _parse_block(block) if block else []
 

@@ -15,6 +15,7 @@ Wire format: https://platform.openai.com/docs/api-reference/responses-streaming
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.errors import GatewayError
@@ -43,21 +44,22 @@ def _usage(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 
 #: What the observer reads: the ends of a stream (its other events are passed by unread).
-_NOTED = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
-_FINAL = (b"response.completed", b"response.incomplete")
+_NOTED = re.compile(rb"response\.(?:completed|incomplete|failed)|error")
+_FINAL = re.compile(rb"response\.(?:completed|incomplete)")
+_COMPLETED = re.compile(rb"response\.completed")
 
 
-def events_with(block: bytes, markers: tuple[bytes, ...]) -> list[tuple[str | None, bytes]]:
-    """The events of a block of whole SSE events that contain one of ``markers`` (their
-    type, in the ``event:`` line and the data), parsed; the others (text deltas, the bulk of
-    a stream) are not."""
-    if not any(m in block for m in markers):
+def events_with(block: bytes, markers: re.Pattern[bytes]) -> list[tuple[str | None, bytes]]:
+    """The events of a block of whole SSE events in which ``markers`` is found (their type
+    is in the ``event:`` line and the data), parsed; the others (text deltas, the bulk of a
+    stream) are not."""
+    if markers.search(block) is None:
         return []
     return [parse_event(raw) for raw in block.replace(b"\r\n", b"\n").split(b"\n\n")
-            if any(m in raw for m in markers)]
+            if markers.search(raw) is not None]
 
 
-def final_response(block: bytes, ends: tuple[bytes, ...] = _FINAL) -> dict[str, Any] | None:
+def final_response(block: bytes, ends: re.Pattern[bytes] = _FINAL) -> dict[str, Any] | None:
     """The response object of the last ``response.completed`` (or ``response.incomplete``)
     event in a block of whole SSE events, or None."""
     found = None
@@ -127,7 +129,7 @@ class AnswerCollector:
 
     def feed(self, events: bytes) -> None:
         """Take a block of whole SSE events."""
-        final = final_response(events, (b"response.completed",))
+        final = final_response(events, _COMPLETED)
         if final is not None:
             self._final = final
 

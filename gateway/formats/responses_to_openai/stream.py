@@ -30,12 +30,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import orjson
+
 from gateway.formats.answer import Answer
 from gateway.formats.responses import response_object
 from gateway.formats.translator import ChunkTranslator
 from llm_wire.sse import json_event
 
 __all__ = ["ResponsesStreamFromChat"]
+
+_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+          b'"sequence_number":')
 
 
 class ResponsesStreamFromChat(ChunkTranslator):
@@ -107,9 +112,12 @@ class ResponsesStreamFromChat(ChunkTranslator):
                 "content_index": 0, "part": {"type": "output_text", "text": "",
                                              "annotations": []}})
         self._pieces.append(text)
-        return out + self._emit("response.output_text.delta", {
-            "item_id": message["id"], "output_index": len(self._items) - 1,
-            "content_index": 0, "delta": text, "logprobs": []})
+        seq, self._seq = self._seq, self._seq + 1
+        # the one event per token: its bytes made directly (json_event of the same dict)
+        return out + b"".join((
+            _DELTA, str(seq).encode(), b',"item_id":"', message["id"].encode(),
+            b'","output_index":', str(len(self._items) - 1).encode(),
+            b',"content_index":0,"delta":', orjson.dumps(text), b',"logprobs":[]}\n\n'))
 
     def _tool(self, call: dict[str, Any]) -> bytes:
         key = call.get("index", len(self._tools))

@@ -178,3 +178,21 @@ def test_a_streamed_answer_is_collected_and_a_hit_streams_like_a_translated_answ
     unfinished = AnswerCollector()
     unfinished.feed(translated([chunk({"content": "Par"})], done=False))
     assert unfinished.answer("stop", None) is None
+
+
+def test_each_event_is_the_json_of_its_fields_whole_chunks_or_cut() -> None:
+    """The text deltas' bytes are made directly: they are still exactly ``json_event`` of
+    their fields (quotes, newlines, any Unicode), fed as whole chunks or cut anywhere."""
+    from llm_wire.sse import json_event
+
+    raw = sse([chunk({"role": "assistant", "content": ""}),
+               chunk({"content": 'a "quote"\n'}), chunk({"content": "é \u2028 \\ 🙂"}),
+               chunk({}, "stop")])
+    whole = ResponsesStreamFromChat()
+    out = b"".join(whole.feed(b"data: " + part) for part in raw.split(b"data: ")[1:])
+    for name, data in EventReader().feed(out):
+        assert name is not None
+        assert json_event(orjson.loads(data), name) in out
+    _, parsed = translate(raw, pieces=3)
+    deltas = [e.delta for e in parsed if e.type == "response.output_text.delta"]
+    assert deltas == ['a "quote"\n', "é \u2028 \\ 🙂"]
