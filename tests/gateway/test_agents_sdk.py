@@ -189,3 +189,35 @@ def test_a_plain_agent_runs_against_the_local_engine(make_run: tuple[str, LogSin
     log = next(r for r in sink.wait(2) if r["route"] == "/v1/responses")
     assert (log["api"], log["status"], log["upstream"], log["cache"]) == (
         "responses", 200, "local", "miss")
+
+
+def test_a_three_turn_chain_against_the_local_engine(make_run: tuple[str, LogSink]) -> None:
+    """``previous_response_id`` on the local engine, which keeps nothing: the gateway rebuilds
+    each turn's conversation, byte-stable, so the engine's prefix cache reads the turns
+    before; the last turn streamed; each stored response retrievable."""
+    url, sink = make_run
+    before = len(sink.records)
+    with openai.OpenAI(base_url=url + "/v1", api_key="sk-client", max_retries=0) as client:
+        settings: Any = {"model": "smollm2", "temperature": 0, "max_output_tokens": 8,
+                         "instructions": "Answer in a few words.",
+                         "extra_headers": {"cache-control": "no-cache"}}
+        one = client.responses.create(input="My name is Ada.", **settings)
+        two = client.responses.create(input="What is my name?", previous_response_id=one.id,
+                                      **settings)
+        events = list(client.responses.create(input="Say it again.", stream=True,
+                                              previous_response_id=two.id, **settings))
+        # at max_output_tokens the stream ends "response.incomplete", as OpenAI's does
+        assert events[-1].type in ("response.completed", "response.incomplete")
+        three = events[-1].response  # type: ignore[union-attr]
+        assert client.responses.retrieve(three.id).output_text == three.output_text
+        items = client.responses.input_items.list(three.id, order="asc")
+    assert all(r.status in ("completed", "incomplete") for r in (one, two, three))
+    texts = [item.content[0].text for item in items.data  # type: ignore[union-attr]
+             if item.type == "message"]
+    assert texts == ["My name is Ada.", one.output_text, "What is my name?", two.output_text,
+                     "Say it again."]
+    logs = [r for r in sink.wait(before + 3)[before:] if r["route"] == "/v1/responses"]
+    assert [r["upstream"] for r in logs] == ["local"] * 3
+    assert logs[0]["prompt_tokens"] < logs[1]["prompt_tokens"] < logs[2]["prompt_tokens"]
+    # each turn's prompt starts with the previous turn's whole prompt: the engine reads it
+    assert logs[1]["cached_tokens"] > 0 and logs[2]["cached_tokens"] > logs[1]["cached_tokens"]

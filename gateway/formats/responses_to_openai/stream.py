@@ -75,6 +75,10 @@ class ResponsesStreamFromChat(ChunkTranslator):
         obj["output"] = [dict(item) for item in self._items]
         if status == "in_progress":
             obj["usage"] = None
+        else:
+            details = self._usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and details.get("cached_tokens"):
+                obj["usage"]["input_tokens_details"]["cached_tokens"] = details["cached_tokens"]
         return obj
 
     def _error(self, obj: dict[str, Any]) -> bytes:

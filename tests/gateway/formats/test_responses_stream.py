@@ -196,3 +196,13 @@ def test_each_event_is_the_json_of_its_fields_whole_chunks_or_cut() -> None:
     _, parsed = translate(raw, pieces=3)
     deltas = [e.delta for e in parsed if e.type == "response.output_text.delta"]
     assert deltas == ['a "quote"\n', "é \u2028 \\ 🙂"]
+
+
+def test_the_prompt_cache_reads_reach_the_streamed_usage() -> None:
+    raw = sse([chunk({"role": "assistant", "content": "hi"}), chunk({}, "stop"),
+               chunk(None, usage={"prompt_tokens": 40, "completion_tokens": 1,
+                                  "total_tokens": 41,
+                                  "prompt_tokens_details": {"cached_tokens": 32}})])
+    _, parsed = translate(raw)
+    usage = parsed[-1].response.usage
+    assert (usage.input_tokens, usage.input_tokens_details.cached_tokens) == (40, 32)
