@@ -33,7 +33,7 @@ def test_a_response_is_answered_through_the_chat_endpoint(gw: GatewayServer,
     body = orjson.loads(sent.body)
     assert body["messages"] == [{"role": "system", "content": "Be brief."},
                                 {"role": "user", "content": "Say hi."}]
-    assert body["max_tokens"] == 20
+    assert body["max_completion_tokens"] == 20
     log = gw.logged(1)[-1]
     assert (log["route"], log["api"], log["status"]) == ("/v1/responses", "responses", 200)
 

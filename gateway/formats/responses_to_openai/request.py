@@ -11,7 +11,9 @@ function ``tools``             ``tools`` as ``{"type": "function", "function": {
 ``tool_choice``                the same, a named function as ``{"type": "function",
                                "function": {"name": ...}}``
 ``text.format`` json_schema    ``response_format`` json_schema (json_object likewise)
-``max_output_tokens``          ``max_tokens`` (the engine's default when absent)
+``max_output_tokens``          ``max_completion_tokens`` (left out when absent: the upstream's
+                               default; ``default_max_tokens`` only where the upstream's API
+                               requires a limit: Anthropic, after the chat translation)
 ``temperature``, ``top_p``,    the same
 ``parallel_tool_calls``,
 ``prompt_cache_key``, ``user``
@@ -96,7 +98,8 @@ def chat_request(body: dict[str, Any], model: str, default_max_tokens: int
     fmt = _response_format(body.get("text"))
     if fmt is not None:
         out["response_format"] = fmt
-    out["max_tokens"] = body.get("max_output_tokens") or default_max_tokens
+    if body.get("max_output_tokens"):  # absent: the upstream's own default, as asked
+        out["max_completion_tokens"] = body["max_output_tokens"]
     for key in _SAME:
         if key in body:
             out[key] = body[key]

@@ -109,12 +109,12 @@ def test_a_request_goes_up_as_a_chat_request() -> None:
         "tool_choice": {"type": "function", "function": {"name": "weather"}},
         "response_format": {"type": "json_schema", "json_schema": {
             "name": "w", "schema": {"type": "object"}, "strict": True}},
-        "max_tokens": 256, "temperature": 0.5, "top_p": 0.9, "prompt_cache_key": "k",
+        "temperature": 0.5, "top_p": 0.9, "prompt_cache_key": "k",
         "stream": True, "stream_options": {"include_usage": True},
     }
     assert chat_request(parse({"input": "x", "max_output_tokens": 7,
                                "text": {"format": {"type": "json_object"}}}), "m", 256) == {
-        "model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 7,
+        "model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7,
         "response_format": {"type": "json_object"}}
 
 
