@@ -305,7 +305,7 @@ class Dispatch:
                 headers = [h for h in forward_response_headers(opened.response.headers)
                            if h[0] not in (b"content-type", b"cache-control")]
                 stream: Stream = opened if crossing is None else \
-                    TranslatedStream(opened, crossing.stream())
+                    TranslatedStream(opened, crossing.stream(ctx.body))
                 return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
             response = opened  # the upstream refused with a status: pass it on
         else:
@@ -321,7 +321,7 @@ class Dispatch:
         if crossing is None:
             return Reply(response.status, headers, response.body, json=obj)
         if response.status == 200:
-            out = crossing.response(obj)
+            out = crossing.response(obj, ctx.body)
             return Reply(200, headers, jsonio.dumps(out), json=out)
         status, error = crossing.error(response.status, obj)
         return Reply(status, headers, jsonio.dumps(error), json=error)

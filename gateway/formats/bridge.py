@@ -45,9 +45,10 @@ class Bridge(Protocol):
         InvalidRequest (400) naming what the upstream's API cannot express."""
         ...
 
-    def response(self, body: Any) -> dict[str, Any]:
+    def response(self, body: Any, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """A complete 200 response (its body parsed; None when it is not JSON), in the
-        client's format; raises UpstreamError (502) for a body that is not one."""
+        client's format (``request``: the client's, whose settings a Responses answer
+        echoes); raises UpstreamError (502) for a body that is not one."""
         ...
 
     def error(self, status: int, body: Any) -> tuple[int, dict[str, Any]]:
@@ -55,8 +56,8 @@ class Bridge(Protocol):
         client's format."""
         ...
 
-    def stream(self) -> Translator:
-        """A new translator for one streamed answer."""
+    def stream(self, request: dict[str, Any] | None = None) -> Translator:
+        """A new translator for one streamed answer (to ``request``, as ``response``)."""
         ...
 
 

@@ -65,14 +65,15 @@ class ResponsesToAnthropic:
         chat = chat_request(body, model, default_max_tokens)
         return _CHAT_TO_ANTHROPIC.request(chat, model, default_max_tokens)
 
-    def response(self, body: Any) -> dict[str, Any]:
-        """The response object of a 200 Messages body (parsed); raises UpstreamError (502)."""
-        return response_from_chat(_CHAT_TO_ANTHROPIC.response(body))
+    def response(self, body: Any, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The response object of a 200 Messages body (parsed), echoing ``request``'s
+        settings; raises UpstreamError (502)."""
+        return response_from_chat(_CHAT_TO_ANTHROPIC.response(body), request)
 
     def error(self, status: int, body: Any) -> tuple[int, dict[str, Any]]:
         """Anthropic's error in OpenAI's shape (529 as 503)."""
         return _CHAT_TO_ANTHROPIC.error(status, body)
 
-    def stream(self) -> ComposedStream:
-        """A new translator for one streamed answer."""
-        return ComposedStream(_CHAT_TO_ANTHROPIC.stream(), ResponsesStreamFromChat())
+    def stream(self, request: dict[str, Any] | None = None) -> ComposedStream:
+        """A new translator for one streamed answer to ``request``."""
+        return ComposedStream(_CHAT_TO_ANTHROPIC.stream(), ResponsesStreamFromChat(request))

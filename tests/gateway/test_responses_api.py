@@ -28,6 +28,7 @@ def test_a_response_is_answered_through_the_chat_endpoint(gw: GatewayServer,
                                     instructions="Be brief.", max_output_tokens=20)
     assert r.status == "completed" and r.output_text == "w0 w1 w2 w3 w4 w5 w6 w7"
     assert r.usage is not None and r.usage.output_tokens > 0
+    assert (r.instructions, r.max_output_tokens) == ("Be brief.", 20)  # echoed, as OpenAI does
     [sent] = fake.records
     assert sent.path == "/v1/chat/completions"
     body = orjson.loads(sent.body)
@@ -39,9 +40,11 @@ def test_a_response_is_answered_through_the_chat_endpoint(gw: GatewayServer,
 
 
 def test_a_response_streams_as_typed_events(gw: GatewayServer, fake: FakeUpstream) -> None:
-    with sdk(gw) as client, client.responses.stream(model="fake-model", input="Hi") as stream:
+    with sdk(gw) as client, client.responses.stream(model="fake-model", input="Hi",
+                                                     metadata={"k": "v"}) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
+    assert final.metadata == {"k": "v"}
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert kinds.count("response.output_text.delta") == 8
     assert final.output_text == "w0 w1 w2 w3 w4 w5 w6 w7"

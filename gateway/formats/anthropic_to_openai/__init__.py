@@ -48,7 +48,7 @@ class AnthropicToOpenAI:
         Raises InvalidRequest (400)."""
         return openai_request(body, model)
 
-    def response(self, body: Any) -> dict[str, Any]:
+    def response(self, body: Any, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """:func:`anthropic_response` of a 200 ``chat.completion`` (parsed); raises
         UpstreamError (502)."""
         return anthropic_response(body)
@@ -57,6 +57,6 @@ class AnthropicToOpenAI:
         """:func:`anthropic_error`: ``(status, error)``, 503 becoming 529."""
         return anthropic_error(status, body)
 
-    def stream(self) -> AnthropicStreamFromOpenAI:
+    def stream(self, request: dict[str, Any] | None = None) -> AnthropicStreamFromOpenAI:
         """A new translator for one streamed answer (the upstream's model name)."""
         return AnthropicStreamFromOpenAI()

@@ -43,7 +43,7 @@ class OpenAIToAnthropic:
         ``default_max_tokens`` when the body sets none. Raises InvalidRequest (400)."""
         return anthropic_request(body, model, default_max_tokens)
 
-    def response(self, body: Any) -> dict[str, Any]:
+    def response(self, body: Any, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """:func:`openai_response` of a 200 Messages body (parsed); raises UpstreamError
         (502)."""
         return openai_response(body)
@@ -53,7 +53,7 @@ class OpenAIToAnthropic:
         becomes 503, a status the openai SDK knows and retries; other statuses are kept."""
         return (503 if status == 529 else status), openai_error(status, body)
 
-    def stream(self) -> OpenAIStreamFromAnthropic:
+    def stream(self, request: dict[str, Any] | None = None) -> OpenAIStreamFromAnthropic:
         """A new translator for one streamed answer (the upstream's model name, ``created``
         now)."""
         return OpenAIStreamFromAnthropic()

@@ -36,10 +36,10 @@ class ResponsesToOpenAI:
         """:func:`chat_request`; raises InvalidRequest (400)."""
         return chat_request(body, model, default_max_tokens)
 
-    def response(self, body: Any) -> dict[str, Any]:
-        """:func:`response_from_chat` of a 200 chat completion (parsed); raises UpstreamError
-        (502)."""
-        return response_from_chat(body)
+    def response(self, body: Any, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """:func:`response_from_chat` of a 200 chat completion (parsed), echoing
+        ``request``'s settings; raises UpstreamError (502)."""
+        return response_from_chat(body, request)
 
     def error(self, status: int, body: Any) -> tuple[int, dict[str, Any]]:
         """The upstream's OpenAI error as it is (both sides speak OpenAI's error shape); a
@@ -49,6 +49,6 @@ class ResponsesToOpenAI:
         return status, {"error": {"message": f"upstream answered {status}",
                                   "type": "upstream_error", "param": None, "code": None}}
 
-    def stream(self) -> ResponsesStreamFromChat:
-        """A new translator for one streamed answer."""
-        return ResponsesStreamFromChat()
+    def stream(self, request: dict[str, Any] | None = None) -> ResponsesStreamFromChat:
+        """A new translator for one streamed answer to ``request``."""
+        return ResponsesStreamFromChat(request)
