@@ -87,7 +87,10 @@ def test_gateway_starts_routes_to_and_stops_the_engine(tmp_path: Path,
         assert health["dtype"] == "float32"  # as configured
         assert upstream.capacity == health["capacity"]
         limiter = app.gateway.dispatcher.guards["engine"].limiter
-        assert limiter.limit == health["capacity"] == limiter.policy.max_limit
+        # (the limit itself adapts to latency from there: a slow step on a busy machine
+        # may already have lowered it)
+        assert limiter.policy.max_limit == health["capacity"]
+        assert 0 < limiter.limit <= limiter.policy.max_limit
         stream = client.chat.completions.create(model="tiny", messages=[
             {"role": "user", "content": "hello"}], max_tokens=5, temperature=0, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
