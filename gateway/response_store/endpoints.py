@@ -3,7 +3,8 @@ served from the gateway's response store, per gateway key (another key's respons
 found). Errors in OpenAI's shape.
 
 - ``GET /v1/responses/{id}``: the response object as the client got it.
-- ``DELETE /v1/responses/{id}``: ``{"id", "object": "response.deleted", "deleted": true}``.
+- ``DELETE /v1/responses/{id}``: ``{"id", "object": "response.deleted", "deleted": true}``;
+  a response a native upstream made is deleted there too (a failure there is logged).
 - ``GET /v1/responses/{id}/input_items``: the items the response was answered from (the
   conversation before it, then its own input), a list page: ``limit`` (1-100, default 20),
   ``order`` (``desc``, the default, or ``asc``), ``after``/``before`` (an item id).
@@ -17,16 +18,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.auth import Authenticator
-from gateway.errors import GatewayError, InvalidRequest, NotFound
+from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
 from gateway.response_store.store import ResponseStore
+from gateway.upstreams.base import UpstreamRequest
 
 __all__ = ["ResponseEndpoints"]
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+log = structlog.get_logger("gateway.responses")
 
 
 class ResponseEndpoints:
@@ -62,6 +67,13 @@ class ResponseEndpoints:
         return (await self._record(key_id, rid))["response"]
 
     async def _delete(self, request: Request, key_id: str | None, rid: str) -> Any:
+        record = await self._record(key_id, rid)
+        upstream = self.store.upstreams.get(record.get("upstream") or "")
+        if upstream is not None and upstream.enabled:  # it keeps its own copy: deleted too
+            try:
+                await upstream.send(UpstreamRequest("DELETE", f"/responses/{rid}", b"", []))
+            except UpstreamError:
+                log.warning("upstream_response_delete_failed", upstream=upstream.name)
         if not await self.store.delete(key_id, rid):
             raise NotFound(f"Response with id '{rid}' not found.")
         return {"id": rid, "object": "response.deleted", "deleted": True}

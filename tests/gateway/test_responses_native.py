@@ -131,3 +131,16 @@ def test_a_function_tool_round_trip_natively(gw: GatewayServer, fake: FakeUpstre
     assert second.output_text
     assert body(fake)["previous_response_id"] == first.id
     assert [r["finish_reason"] for r in gw.logged(2)] == ["tool_calls", "stop"]
+
+
+def test_deleting_a_native_response_deletes_the_upstreams_copy_too(
+        gw: GatewayServer, fake: FakeUpstream, fake_server: Any) -> None:
+    with sdk(gw) as client:
+        r = client.responses.create(model="native", input="Forget this.")
+        client.responses.delete(r.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(r.id)
+    assert (fake.records[-1].method, fake.records[-1].path) == ("DELETE", f"/v1/responses/{r.id}")
+    with openai.OpenAI(base_url=fake_server.url + "/v1", api_key="k", max_retries=0) as direct, \
+            pytest.raises(openai.NotFoundError):
+        direct.responses.retrieve(r.id)  # the upstream no longer has it
