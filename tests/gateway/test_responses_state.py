@@ -248,3 +248,19 @@ def test_what_only_openai_holds_is_refused_on_a_chat_upstream(gw: GatewayServer,
                 client.responses.create(model="fake-model", input="hi", **held)
             assert err.value.param == next(iter(held))
     assert fake.records == []
+
+
+def test_a_store_that_does_not_answer_costs_the_chain_not_the_answer(
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
+    gw = make_gateway('\n[responses]\nstore = "redis"\nredis_url = "redis://127.0.0.1:9/0"\n')
+    with sdk(gw) as client:
+        r = client.responses.create(model="fake-model", input="Hi")  # its write fails: logged
+        assert r.output_text
+        with pytest.raises(openai.InternalServerError) as err:
+            client.responses.create(model="fake-model", input="Again",
+                                    previous_response_id=r.id)
+        assert err.value.status_code == 503
+        assert err.value.code == "response_store_unavailable"
+        with pytest.raises(openai.InternalServerError):
+            client.responses.retrieve(r.id)
+    assert len(fake.records) == 1
