@@ -189,6 +189,7 @@ def create_app(
         Route("/v1/responses/{id}", stored.get, methods=["GET"]),
         Route("/v1/responses/{id}", stored.delete, methods=["DELETE"]),
         Route("/v1/responses/{id}/input_items", stored.input_items, methods=["GET"]),
+        Route("/v1/responses/{id}/cancel", stored.cancel, methods=["POST"]),
         Route("/v1/messages/{rest:path}", messages_other,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/v1/{rest:path}", passthrough,

@@ -69,6 +69,9 @@ def parse_request(raw: bytes) -> dict[str, Any]:
     for flag in ("stream", "store"):
         if data.get(flag) is not None and not isinstance(data[flag], bool):
             raise invalid_type(flag, "a boolean", data[flag])
+    if data.get("background"):  # polled and cancelled upstream: not through a gateway
+        raise InvalidRequest("'background' responses are not served by this gateway",
+                             param="background", code="unsupported_parameter")
     previous = data.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise invalid_type("previous_response_id", "a string", previous)

@@ -5,6 +5,8 @@ found). Errors in OpenAI's shape.
 - ``GET /v1/responses/{id}``: the response object as the client got it.
 - ``DELETE /v1/responses/{id}``: ``{"id", "object": "response.deleted", "deleted": true}``;
   a response a native upstream made is deleted there too (a failure there is logged).
+- ``POST /v1/responses/{id}/cancel``: a 400 (no response here runs in the background), or
+  404 for one not found.
 - ``GET /v1/responses/{id}/input_items``: the items the response was answered from (the
   conversation before it, then its own input), a list page: ``limit`` (1-100, default 20),
   ``order`` (``desc``, the default, or ``asc``), ``after``/``before`` (an item id).
@@ -47,6 +49,14 @@ class ResponseEndpoints:
 
     async def input_items(self, request: Request) -> Response:
         return await self._answer(request, self._input_items)
+
+    async def cancel(self, request: Request) -> Response:
+        return await self._answer(request, self._cancel)
+
+    async def _cancel(self, request: Request, key_id: str | None, rid: str) -> Any:
+        await self._record(key_id, rid)
+        raise InvalidRequest("only a response created with 'background': true can be "
+                             "cancelled, and this gateway creates none", code="invalid_request")
 
     async def _answer(self, request: Request,
                       handler: Callable[[Request, str | None, str], Awaitable[Any]]) -> Response:

@@ -77,6 +77,8 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(gw: GatewayServer,
         assert texts == ["Second.", "w0 w1 w2 w3 w4 w5 w6 w7", "First."]  # newest first
         page = client.responses.input_items.list(two.id, order="asc", limit=1)
         assert [i.id for i in page.data] == [items.data[-1].id] and page.has_more
+        with pytest.raises(openai.BadRequestError):  # nothing here runs in the background
+            client.responses.cancel(two.id)
         deleted = client.responses.delete(two.id)
         assert deleted is None or getattr(deleted, "deleted", True)
         with pytest.raises(openai.NotFoundError):

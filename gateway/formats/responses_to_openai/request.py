@@ -23,8 +23,8 @@ function ``tools``             ``tools`` as ``{"type": "function", "function": {
 A 400 instead: a hosted tool (web search, file search, code interpreter, ...: the upstream
 cannot run it), ``previous_response_id`` (left in only when the gateway's response store
 does not hold it: :mod:`gateway.response_store.store`), ``conversation`` and ``prompt``
-(a conversation or a prompt template OpenAI keeps: without it the answer would differ),
-``background``. Dropped (nothing to say them to; the answer's text does not depend on
+(a conversation or a prompt template OpenAI keeps: without it the answer would differ);
+``background`` never gets here (:func:`gateway.formats.responses.parse_request`). Dropped (nothing to say them to; the answer's text does not depend on
 them): ``store``, ``metadata``, ``include``, ``reasoning``, ``truncation``, ``service_tier``,
 ``safety_identifier``, ``top_logprobs`` (the answer carries no logprobs), ``max_tool_calls``,
 ``text.verbosity``, ``prompt_cache_retention``, ``stream_options``, and reasoning items of
@@ -48,8 +48,7 @@ _NOT_HELD = ("names a response this gateway does not hold: only an upstream that
 _KEPT_UPSTREAM = "is kept by OpenAI: only a native_responses upstream can serve it"
 _REFUSED = {"previous_response_id": (_NOT_HELD, "previous_response_not_found"),
             "conversation": (_KEPT_UPSTREAM, "unsupported_parameter"),
-            "prompt": (_KEPT_UPSTREAM, "unsupported_parameter"),
-            "background": ("is not available for this upstream", "unsupported_parameter")}
+            "prompt": (_KEPT_UPSTREAM, "unsupported_parameter")}
 
 
 def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:

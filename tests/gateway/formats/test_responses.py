@@ -38,6 +38,7 @@ def parse(body: dict[str, Any]) -> dict[str, Any]:
     ({"input": "hi", "tools": {}}, "tools"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "hi", "max_output_tokens": True}, "max_output_tokens"),
+    ({"input": "hi", "background": True}, "background"),
     ({"input": "hi", "stream": "yes"}, "stream"),
 ])
 def test_a_bad_request_is_a_400_naming_the_field(body: dict[str, Any], param: str) -> None:
@@ -123,7 +124,6 @@ def test_a_request_goes_up_as_a_chat_request() -> None:
     ({"tools": [{"type": "file_search", "vector_store_ids": []}]}, "tools[0]"),
     ({"tool_choice": {"type": "web_search"}}, "tool_choice"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"background": True}, "background"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
 ])
 def test_what_chat_cannot_express_is_a_400(body: dict[str, Any], param: str) -> None:
