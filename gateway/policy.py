@@ -21,6 +21,7 @@ import structlog
 import watchfiles
 
 from gateway.breaker import BreakerPolicy
+from gateway.coalesce.policy import CoalescePolicy
 from gateway.compression.policy import CompressionPolicy
 from gateway.concurrency import AdmissionPolicy
 from gateway.errors import ConfigError
@@ -276,8 +277,8 @@ class PipelinePolicy:
     (:func:`gateway.stage_table.check_stages`) by whatever loads the policy to serve it: the
     gateway at start-up and on reload, and ``gateway check``."""
 
-    stages: tuple[str, ...] = ("rate_limit", "cache", "route", "compress", "prompt_cache",
-                               "admission")
+    stages: tuple[str, ...] = ("rate_limit", "cache", "coalesce", "route", "compress",
+                               "prompt_cache", "admission")
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,7 @@ class Policy:
     compression: CompressionPolicy = field(default_factory=CompressionPolicy)
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     rate_limits: RateLimitPolicy = field(default_factory=RateLimitPolicy)
+    coalesce: CoalescePolicy = field(default_factory=CoalescePolicy)
     version: str = "default"
 
 

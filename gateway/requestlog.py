@@ -6,7 +6,8 @@ Schema (stable; new fields are only ever added). Times are milliseconds, tokens 
 request_id         taken from the client's ``x-request-id`` or made; returned in the response
 ts                 request arrival, ISO 8601 UTC
 route              endpoint path, e.g. ``/v1/chat/completions``
-api                the client's API: ``openai`` or ``anthropic`` (``/v1/messages``)
+api                the client's API: ``openai``, ``anthropic`` (``/v1/messages``) or
+                   ``responses`` (``/v1/responses``)
 key_id             the gateway key's id (never the key), or null
 model_requested    ``model`` as the client sent it
 model_served       the upstream model id that answered
@@ -70,6 +71,8 @@ rate_limit         which limiter decided the request's rate limits: ``redis`` (s
                    replicas), ``local`` (no Redis configured), ``fallback`` (Redis down or
                    slow: this process decided alone); null when no limit applies
 rate_limited       the limit that refused it (429): ``requests`` or ``tokens``, else null
+coalesced          ``leader``: identical requests shared its upstream call; ``follower``: it
+                   shared another's (the ``coalesce`` stage); else null
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -108,7 +111,7 @@ FIELDS = (
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
-    "compress_fine",
+    "compress_fine", "coalesced",
 )
 
 
@@ -177,6 +180,7 @@ class RequestRecord:
     compress_fine: str | None = None
     rate_limit: str | None = None
     rate_limited: str | None = None
+    coalesced: str | None = None
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

@@ -1,7 +1,7 @@
 """The stage table: every stage a policy may name, what it is built from, and what must run
 before it. Read top to bottom, it is the request path of the default policy::
 
-    rate_limit -> cache -> route -> compress -> prompt_cache -> admission -> dispatch
+    rate_limit -> cache -> coalesce -> route -> compress -> prompt_cache -> admission -> dispatch
 
 Each row's factory takes the policy snapshot and the gateway's long-lived
 :class:`Services`, and hands its stage module's ``build`` only what that stage needs (its
@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.cache.cache import ResponseCache
+from gateway.coalesce.flight import Flights
 from gateway.compression.state import CompressionState
 from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.context import Stage
@@ -31,7 +32,7 @@ from gateway.policy import Policy
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.routing.decision import Routers
-from gateway.stages import admission, cache, compress, prompt_cache, rate_limit, route
+from gateway.stages import admission, cache, coalesce, compress, prompt_cache, rate_limit, route
 from gateway.upstreams.base import Upstream
 
 __all__ = ["STAGES", "Services", "StageRow", "check_stages"]
@@ -57,6 +58,8 @@ class Services:
     #: Admission's gateway-wide and per-key limits, and per-model slots.
     entry_limits: EntryLimits
     model_limiters: ModelLimiters
+    #: The coalesce stage's calls in flight.
+    flights: Flights
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,10 @@ class StageRow:
 STAGES: dict[str, StageRow] = {
     "rate_limit": StageRow(lambda p, s: rate_limit.build(p.rate_limits, s.rate_limiter)),
     "cache": StageRow(lambda p, s: cache.build(p.cache, s.cache, s.upstreams)),
+    # A hit answers before any call is shared; only the leader of a shared call takes
+    # upstream capacity (admission) or is routed.
+    "coalesce": StageRow(lambda p, s: coalesce.build(p.coalesce, s.flights),
+                         after=("rate_limit", "cache")),
     "route": StageRow(lambda p, s: route.build(p.routing, s.routers, s.models)),
     # The cache keys on the request as the client sent it (so does the router, through
     # ctx.chat); the tokenizer and the prefill rate are the model's the route stage chose.

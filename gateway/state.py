@@ -19,6 +19,7 @@ from gateway.breaker import State
 from gateway.cache.backend import Backend, MemoryBackend
 from gateway.cache.cache import ResponseCache
 from gateway.cache.policy_verifier import PolicyVerifier, VerifierKind
+from gateway.coalesce.flight import Flights
 from gateway.compression.state import CompressionState
 from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.config import CacheConfig, Config, UpstreamConfig
@@ -153,13 +154,17 @@ class Gateway:
         #: /v1/responses' stored responses (previous_response_id, GET by id).
         self.responses = ResponseStore(build_response_records(config), config.responses.ttl_s,
                                        self.upstreams)
+        #: The coalesce stage's calls in flight (kept across reloads).
+        self.flights = Flights()
+        self.metrics.registry.register(self.flights.collector())
         #: The compress stage's learned rates and token counters (kept across reloads).
         self.compression = CompressionState(embed)
         self.services = Services(
             metrics=self.metrics, models=self.models, upstreams=self.upstreams,
             cache=self.cache, routers=self.routers, compression=self.compression,
             prompt_memory=self.prompt_memory, rate_limiter=self.rate_limiter,
-            entry_limits=self.entry_limits, model_limiters=self.model_limiters)
+            entry_limits=self.entry_limits, model_limiters=self.model_limiters,
+            flights=self.flights)
         self._terminal = Dispatch(self.dispatcher)
         self.runtime = Runtime(policy, Pipeline(policy, self.services, self._terminal))
         self._load_embedder = load_embedder

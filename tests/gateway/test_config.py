@@ -81,7 +81,8 @@ def test_policy_is_strict_too(tmp_path):
         load_policy(path)
     path.write_text("[retyr]\n")
     with pytest.raises(ConfigError, match="allowed keys: admission, breaker, cache, "
-                                          "compression, degraded, pipeline, prompt_cache, "
+                                          "coalesce, compression, degraded, pipeline, "
+                                          "prompt_cache, "
                                           "rate_limits, retry, retry_budget, "
                                           "routing, streaming, translation, version"):
         load_policy(path)

@@ -145,7 +145,8 @@ def test_admission_limits_apply_only_when_the_pipeline_names_it(
             "POST", "/chat/completions", json={**body, "stream": True},
             headers={"x-fake-itl-ms": "60000", "x-fake-tokens": "2"}) as first:
         assert first.status_code == 200
-        assert any('"w0 "' in line for line in first.iter_lines())
+        lines = first.iter_lines()  # kept: dropping the iterator would close the connection
+        assert any('"w0 "' in line for line in lines)
         second = c.post("/chat/completions", json=body)
         assert fake.records[0].finished is None  # the first one is still in flight
     assert second.status_code == second_status
@@ -170,7 +171,7 @@ def test_the_stage_table_reads_as_the_default_pipeline() -> None:
 
 BAD = pytest.mark.parametrize(("stages", "message"), [
     ('["cache", "x"]', ("pipeline.stages[1]: unknown stage 'x'; known stages: admission, "
-                        "cache, compress, prompt_cache, rate_limit, route")),
+                        "cache, coalesce, compress, prompt_cache, rate_limit, route")),
     ('["cache", "route", "cache"]', "pipeline.stages[2]: 'cache' is listed twice"),
     ('["admission", "route"]', "pipeline.stages[0]: 'admission' must come after 'route'"),
     ('["route", "compress", "cache"]',
