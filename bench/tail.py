@@ -1,0 +1,119 @@
+"""Tail-latency techniques, side by side in one run (issue 31). So far: coalescing.
+
+Coalescing: 50 identical concurrent requests (temperature 0), unary and streamed, through a
+gateway with the ``coalesce`` stage on and one with it off, both in front of the same fake
+upstream (in this process, so its calls are counted; a 300 ms time to first token, so the
+50 are in flight together). For each: upstream calls made, whether every client received
+the whole answer, all identical, and the clients' p50/max latency.
+
+    python bench/tail.py [--clients 50] [--ttft-ms 300]
+
+Prints a JSON document and one line starting ``tail:``. Hedging, latency-aware choice,
+fairness and keepalive (the rest of issue 31) are not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from processes import free_port, start_gateway, stop, wait_ready
+
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.server import ServerThread
+
+POLICIES = {"on": 'version = "bench"\n',
+            "off": 'version = "bench"\n[coalesce]\nenabled = false\n'}
+
+
+async def burst(url: str, clients: int, stream: bool, ttft_ms: float
+                ) -> tuple[list[bytes], list[float]]:
+    """``clients`` identical requests at once: each one's answer text and latency (ms)."""
+    body = orjson.dumps({"model": "bench-model", "temperature": 0, "stream": stream,
+                         "messages": [{"role": "user", "content": "The same question?"}]})
+    headers = {"content-type": "application/json", "x-fake-ttft-ms": str(ttft_ms),
+               "x-fake-tokens": "32"}
+
+    async def one(session: aiohttp.ClientSession) -> tuple[bytes, float]:
+        t0 = time.perf_counter()
+        async with session.post(url, data=body, headers=headers) as r:
+            raw = await r.read()
+        took = (time.perf_counter() - t0) * 1000
+        if not stream:
+            return orjson.loads(raw)["choices"][0]["message"]["content"].encode(), took
+        text = b""
+        for line in raw.split(b"\n"):
+            if line.startswith(b"data: {"):
+                chunk = orjson.loads(line[6:])
+                for choice in chunk.get("choices") or ():
+                    text += (choice["delta"].get("content") or "").encode()
+        return text, took
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        done = await asyncio.gather(*(one(session) for _ in range(clients)))
+    return [t for t, _ in done], [ms for _, ms in done]
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    fake = FakeUpstream()
+    results: dict[str, Any] = {}
+    with ServerThread(fake) as srv, tempfile.TemporaryDirectory() as tmp:
+        upstream = int(srv.url.rsplit(":", 1)[1])
+        gateways, procs = {}, []
+        for name, policy in POLICIES.items():
+            port = free_port()
+            folder = Path(tmp) / name
+            folder.mkdir()
+            procs.append(start_gateway(port, upstream, folder, policy))
+            gateways[name] = f"http://127.0.0.1:{port}/v1/chat/completions"
+        try:
+            for url in gateways.values():
+                await wait_ready(url, timeout=120, post={
+                    "model": "bench-model", "messages": [{"role": "user", "content": "up"}]})
+            for stream in (False, True):
+                for name, url in gateways.items():
+                    fake.clear()
+                    texts, took = await burst(url, args.clients, stream, args.ttft_ms)
+                    whole = all(t == texts[0] for t in texts) and texts[0].count(b"w") == 32
+                    took.sort()
+                    results[f"{'stream' if stream else 'unary'} {name}"] = {
+                        "clients": args.clients, "upstream_calls": len(fake.records),
+                        "every_client_whole_and_identical": whole,
+                        "p50_ms": round(took[len(took) // 2], 1),
+                        "max_ms": round(took[-1], 1)}
+        finally:
+            stop(procs)
+    checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
+                     "calls_off": results[f"{kind} off"]["upstream_calls"],
+                     "ok": results[f"{kind} on"]["upstream_calls"] == 1
+                     and results[f"{kind} off"]["upstream_calls"] == args.clients
+                     and results[f"{kind} on"]["every_client_whole_and_identical"]}
+              for kind in ("unary", "stream")}
+    return {"coalescing": results, "acceptance": {"coalescing": checks}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--ttft-ms", type=float, default=300.0)
+    args = parser.parse_args()
+    out = asyncio.run(bench(args))
+    print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
+    checks = out["acceptance"]["coalescing"]
+    print("tail: coalescing " + "; ".join(
+        f"{kind} {c['calls_on']} call(s) on vs {c['calls_off']} off, whole and identical: "
+        f"{'yes' if c['ok'] else 'NO'}" for kind, c in checks.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
