@@ -3,7 +3,10 @@ long prompts, and an adaptive limit.
 
 A request takes a *slot* before it is sent upstream and gives it back when its response is
 complete (for a stream: when the stream ends). When every slot is taken it waits in a queue
-ordered by priority, then arrival; it is shed at once when the wait it can expect (Little's
+ordered by priority, then, within a priority, fairly between tenants (gateway keys): start-time
+fair queueing (Goyal et al., SIGCOMM 1996) with one unit per request, so a key with a backlog
+of a hundred requests takes turns with a key that has one, instead of holding the queue for
+its hundred; arrival order within a key. It is shed at once when the wait it can expect (Little's
 law: position / limit x mean service time) exceeds half of ``max_queue_wait_ms`` (room for
 variance), and after ``max_queue_wait_ms`` otherwise, so a shed answer comes fast instead of
 after a timeout.
@@ -136,8 +139,11 @@ class Limiter:
         self.in_flight = 0
         self.long_in_flight = 0
         self.service_ms = 0.0  # EWMA of slot hold times, for the expected queue wait
-        self._queue: list[tuple[int, int, asyncio.Future[None], bool]] = []
+        # (priority rank, virtual start, arrival, the waiter, long prompt)
+        self._queue: list[tuple[int, float, int, asyncio.Future[None], bool]] = []
         self._seq = itertools.count()
+        self._vtime = 0.0  # the virtual start of the last waiter admitted
+        self._finish: dict[str | None, float] = {}  # per tenant: its last waiter's finish
 
     @property
     def queue_depth(self) -> int:
@@ -166,8 +172,10 @@ class Limiter:
             return Slot(self, long, 0.0)
         return None
 
-    async def acquire(self, priority: str = "normal", long: bool = False) -> Slot:
-        """A slot, now or after queueing; raises Shed when waiting would take too long."""
+    async def acquire(self, priority: str = "normal", long: bool = False,
+                      tenant: str | None = None) -> Slot:
+        """A slot, now or after queueing (``tenant``: whose turn it takes, see the module
+        docstring); raises Shed when waiting would take too long."""
         slot = self.try_acquire(long)
         if slot is not None:
             return slot
@@ -182,7 +190,9 @@ class Limiter:
             raise Shed("queue_full", self._retry_after())
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        heapq.heappush(self._queue, (rank, next(self._seq), fut, long))
+        start = max(self._vtime, self._finish.get(tenant, 0.0))
+        self._finish[tenant] = start + 1.0
+        heapq.heappush(self._queue, (rank, start, next(self._seq), fut, long))
         started = time.perf_counter()
         timer = loop.call_later(policy.max_queue_wait_ms / 1000, self._expire, fut)
         try:
@@ -201,11 +211,11 @@ class Limiter:
 
     def _evict_lower(self, rank: int) -> bool:
         """Make room by shedding the newest waiter of a lower priority than ``rank``."""
-        victims = [e for e in self._queue if e[0] > rank and not e[2].done()]
+        victims = [e for e in self._queue if e[0] > rank and not e[3].done()]
         if not victims:
             return False
-        victim = max(victims, key=lambda e: (e[0], e[1]))
-        victim[2].set_exception(Shed("priority_evicted", self._retry_after()))
+        victim = max(victims, key=lambda e: (e[0], e[2]))
+        victim[3].set_exception(Shed("priority_evicted", self._retry_after()))
         return True
 
     def _retry_after(self) -> float:
@@ -230,20 +240,23 @@ class Limiter:
             else:
                 self._queue.remove(entry)
                 heapq.heapify(self._queue)
-            self._take(entry[3])
-            entry[2].set_result(None)
+            self._take(entry[4])
+            self._vtime = max(self._vtime, entry[1])
+            entry[3].set_result(None)
+        if not self._queue and self._finish:
+            self._finish.clear()  # no backlog: every tenant starts from now again
 
-    def _next_runnable(self) -> tuple[int, int, asyncio.Future[None], bool] | None:
+    def _next_runnable(self) -> tuple[int, float, int, asyncio.Future[None], bool] | None:
         queue = self._queue
-        while queue and queue[0][2].done():  # shed or cancelled waiters
+        while queue and queue[0][3].done():  # shed or cancelled waiters
             heapq.heappop(queue)
         if not queue:
             return None
         head = queue[0]
-        if not head[3] or self.long_in_flight < self._long_cap():
+        if not head[4] or self.long_in_flight < self._long_cap():
             return head
         # The long lane is full: the first short waiter, in priority order, goes instead.
-        return next((e for e in sorted(queue) if not e[3] and not e[2].done()), None)
+        return next((e for e in sorted(queue) if not e[4] and not e[3].done()), None)
 
     def on_sample(self, ok: bool, latency_ms: float) -> None:
         policy = self.policy

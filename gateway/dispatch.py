@@ -219,7 +219,8 @@ class Dispatcher:
                 slot = guard.limiter.try_acquire(ticket.long)
                 if slot is None:
                     try:
-                        slot = await guard.limiter.acquire(ticket.priority, ticket.long)
+                        slot = await guard.limiter.acquire(ticket.priority, ticket.long,
+                                                           ctx.key_id)
                     except Shed as exc:
                         shed = exc
                         continue

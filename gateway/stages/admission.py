@@ -104,7 +104,8 @@ class AdmissionStage:
             limiter = self.model_limiters.get(ctx.target, policy)
             if limiter is not None and ctx.ticket is not None:
                 slot = limiter.try_acquire(ctx.ticket.long) \
-                    or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long)
+                    or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long,
+                                             ctx.key_id)
             reply = await call_next(ctx)
         except BaseException:
             if slot is not None:

@@ -149,3 +149,43 @@ async def test_beyond_its_capacity_a_request_is_shed_at_once():
     assert limiter.limit == 2
     for slot in slots:
         slot.release()
+
+
+async def test_within_a_priority_tenants_take_turns():
+    """One key's backlog of ten does not hold the queue: the keys that come after it with
+    one or two requests are served in turn with it (start-time fair queueing)."""
+    lim = limiter(max_concurrency=1, max_queue=100)
+    running = await lim.acquire()
+    order: list[str] = []
+
+    async def wait(tenant: str) -> None:
+        slot = await lim.acquire(tenant=tenant)
+        order.append(tenant)
+        slot.release()
+    tasks = [asyncio.create_task(wait("heavy")) for _ in range(10)]
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(wait(t)) for t in ("light-a", "light-a", "light-b")]
+    await asyncio.sleep(0)
+    assert lim.queue_depth == 13
+    running.release()
+    await asyncio.gather(*tasks)
+    assert order == ["heavy", "light-a", "light-b", "heavy", "light-a"] + ["heavy"] * 8
+    assert lim.in_flight == 0 and not lim._finish  # no backlog left: no tenant state kept
+
+
+async def test_a_priority_still_comes_before_fairness():
+    lim = limiter(max_concurrency=1, max_queue=100)
+    running = await lim.acquire()
+    order: list[str] = []
+
+    async def wait(tenant: str, priority: str) -> None:
+        slot = await lim.acquire(priority, tenant=tenant)
+        order.append(f"{tenant}/{priority}")
+        slot.release()
+    tasks = [asyncio.create_task(wait("a", "normal")) for _ in range(2)]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(wait("b", "high")))
+    await asyncio.sleep(0)
+    running.release()
+    await asyncio.gather(*tasks)
+    assert order == ["b/high", "a/normal", "a/normal"]
