@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gateway import jsonio
+from gateway.balance import PeakEwma, choose
 from gateway.breaker import Breaker
 from gateway.concurrency import Limiter, Shed, Slot
 from gateway.config import Target
@@ -110,6 +111,8 @@ class Guard:
         self.admission = policy.admission
         self.limiter = Limiter(policy.admission.for_capacity(capacity))
         self.breaker = Breaker(policy.breaker)
+        #: Its latency estimate and requests in flight, for the balanced models' choice.
+        self.ewma = PeakEwma()
 
     def update(self, policy: Policy) -> None:
         self.admission = policy.admission
@@ -200,7 +203,7 @@ class Dispatcher:
         attempt: Callable[[Upstream, Target], Awaitable[R]],
         ctx: RequestContext,
     ) -> tuple[Target, R]:
-        retry, ticket = ctx.policy.retry, ctx.ticket
+        retry, ticket, balance = ctx.policy.retry, ctx.ticket, ctx.policy.balance
         last: tuple[Target, R] | None = None
         error: UpstreamError | None = None
         shed: Shed | None = None
@@ -237,9 +240,13 @@ class Dispatcher:
                         ctx.retries += 1
                     tries += 1
                     started = time.perf_counter()
+                    ewma = guard.ewma
+                    ewma.pending += 1
                     try:
                         result = await attempt(upstream, target)
                     except UpstreamError as exc:
+                        ewma.pending -= 1
+                        ewma.observe(balance.failure_penalty_ms, balance.decay_s)
                         guard.breaker.record(False)
                         if slot is not None:
                             slot.sample(False)
@@ -247,9 +254,15 @@ class Dispatcher:
                             raise
                         error, last = exc, None
                         delay = backoff_ms(n, retry, self._rand)
+                    except BaseException:
+                        ewma.pending -= 1
+                        raise
                     else:
+                        ewma.pending -= 1
                         status = result.status
                         ok = status < 500 and status != 429
+                        ewma.observe((time.perf_counter() - started) * 1000 if ok
+                                     else balance.failure_penalty_ms, balance.decay_s)
                         hinted = retry_after_ms(result.headers) if not ok else None
                         if isinstance(result, Opened):  # its outcome is known at its end
                             result.breaker = guard.breaker
@@ -299,8 +312,13 @@ class Dispatch:
         if route is None:
             raise model_not_found(ctx.target)
         dispatcher, bodies = self.dispatcher, Outbound(ctx, self.dispatcher.upstreams)
+        targets: Sequence[Target] = route.targets
+        balance = ctx.policy.balance
+        if balance.models and balance.models.get(route.name) == "peak_ewma":
+            guards, decay = dispatcher.guards, balance.decay_s
+            targets = choose(targets, lambda t: guards[t.upstream].ewma.cost(decay))
         if ctx.stream:
-            target, opened = await dispatcher.stream(route.targets, bodies.request, ctx)
+            target, opened = await dispatcher.stream(targets, bodies.request, ctx)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
                 headers = [h for h in forward_response_headers(opened.response.headers)
@@ -310,7 +328,7 @@ class Dispatch:
                 return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
             response = opened  # the upstream refused with a status: pass it on
         else:
-            target, response = await dispatcher.unary(route.targets, bodies.request, ctx)
+            target, response = await dispatcher.unary(targets, bodies.request, ctx)
             crossing = bodies.crossing(target)
         ctx.upstream_ended = time.perf_counter()
         try:

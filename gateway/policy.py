@@ -20,6 +20,7 @@ from typing import Literal
 import structlog
 import watchfiles
 
+from gateway.balance import BalancePolicy
 from gateway.breaker import BreakerPolicy
 from gateway.coalesce.policy import CoalescePolicy
 from gateway.compression.policy import CompressionPolicy
@@ -297,6 +298,7 @@ class Policy:
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     rate_limits: RateLimitPolicy = field(default_factory=RateLimitPolicy)
     coalesce: CoalescePolicy = field(default_factory=CoalescePolicy)
+    balance: BalancePolicy = field(default_factory=BalancePolicy)
     version: str = "default"
 
 

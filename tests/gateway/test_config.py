@@ -80,7 +80,7 @@ def test_policy_is_strict_too(tmp_path):
     with pytest.raises(ConfigError, match=r"retry\.max_attempts: must be >= 1"):
         load_policy(path)
     path.write_text("[retyr]\n")
-    with pytest.raises(ConfigError, match="allowed keys: admission, breaker, cache, "
+    with pytest.raises(ConfigError, match="allowed keys: admission, balance, breaker, cache, "
                                           "coalesce, compression, degraded, pipeline, "
                                           "prompt_cache, "
                                           "rate_limits, retry, retry_budget, "

@@ -1,0 +1,84 @@
+"""Latency-aware choice among a model's equivalent targets: PeakEWMA with the power of two
+choices, as Finagle and Linkerd balance (Finagle's ``Balancers.p2cPeakEwma``).
+
+By default a model's targets are an ordered fallback list: the first is tried, then the
+next. A model the policy names in ``[balance] models`` has targets that are replicas of one
+another (deployments of the same model); each request then goes first to the better of two
+targets drawn at random, the rest following in their order as fallbacks. A target's cost
+is its latency estimate times its requests in flight plus one. The estimate is an EWMA of
+its time to first byte (the whole answer for unary requests) that jumps to any slower
+sample at once (the "peak") and decays towards faster ones with time constant ``decay_s``;
+a failed attempt counts as a sample of ``failure_penalty_ms``. A target never sampled costs
+nothing, so it is tried soon.
+
+::
+
+    [balance]
+    models = { "llama-70b" = "peak_ewma" }
+    decay_s = 10.0
+    failure_penalty_ms = 5000.0
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from gateway.schema import bounded
+
+__all__ = ["BalancePolicy", "PeakEwma", "choose"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BalancePolicy:
+    #: Public model -> how to choose among its targets ("ordered": the fallback list).
+    models: dict[str, Literal["ordered", "peak_ewma"]] = field(default_factory=dict)
+    decay_s: float = bounded(10.0, ge=0.001)
+    failure_penalty_ms: float = bounded(5000.0, ge=0.0)
+
+
+class PeakEwma:
+    """One target's latency estimate (ms) and requests in flight."""
+
+    __slots__ = ("_at", "clock", "estimate_ms", "pending")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.estimate_ms = 0.0
+        self.pending = 0
+        self.clock = clock
+        self._at = clock()
+
+    def observe(self, latency_ms: float, decay_s: float) -> None:
+        now = self.clock()
+        if latency_ms > self.estimate_ms:
+            self.estimate_ms = latency_ms  # a slower sample counts at once
+        else:
+            w = math.exp(-(now - self._at) / decay_s)
+            self.estimate_ms = self.estimate_ms * w + latency_ms * (1 - w)
+        self._at = now
+
+    def cost(self, decay_s: float) -> float:
+        """The estimate decayed to now (towards 0 while nothing is sampled), times the
+        requests in flight plus one."""
+        w = math.exp(-(self.clock() - self._at) / decay_s)
+        return self.estimate_ms * w * (self.pending + 1)
+
+
+def choose(targets: Sequence[T], cost: Callable[[T], float],
+           rand: Callable[[int, int], int] = random.randint) -> list[T]:
+    """``targets`` with the cheaper of two drawn at random first, the rest in their order."""
+    n = len(targets)
+    if n < 2:
+        return list(targets)
+    i = rand(0, n - 1)
+    j = rand(0, n - 2)
+    if j >= i:
+        j += 1
+    best = i if cost(targets[i]) <= cost(targets[j]) else j
+    return [targets[best], *targets[:best], *targets[best + 1:]]
