@@ -1,4 +1,5 @@
-"""Tail-latency techniques, side by side in one run (issue 31). So far: coalescing.
+"""Tail-latency techniques, side by side in one run (issue 31). So far: coalescing and
+latency-aware choice among replicas.
 
 Coalescing: 50 identical concurrent requests (temperature 0), unary and streamed, through a
 gateway with the ``coalesce`` stage on and one with it off, both in front of the same fake
@@ -6,10 +7,15 @@ upstream (in this process, so its calls are counted; a 300 ms time to first toke
 50 are in flight together). For each: upstream calls made, whether every client received
 the whole answer, all identical, and the clients' p50/max latency.
 
-    python bench/tail.py [--clients 50] [--ttft-ms 300]
+    python bench/tail.py [--clients 50] [--ttft-ms 300] [--replica-ms 20] [--concurrency 8]
 
-Prints a JSON document and one line starting ``tail:``. Hedging, latency-aware choice,
-fairness and keepalive (the rest of issue 31) are not built yet.
+Latency-aware choice: three replicas of one model behind a balanced gateway (policy
+``[balance]``), one slowed 5x (time to first byte): the share of requests the fast ones
+serve in the first 2 s of a closed loop at ``--concurrency``, and the p50 against the fast
+replica's own (asked directly through its own model).
+
+Prints a JSON document and one line starting ``tail:``. Hedging, fairness and keepalive
+(the rest of issue 31) are not built yet.
 """
 
 from __future__ import annotations
@@ -63,6 +69,78 @@ async def burst(url: str, clients: int, stream: bool, ttft_ms: float
     return [t for t, _ in done], [ms for _, ms in done]
 
 
+REPLICAS = """
+[upstreams.fast1]
+type = "openai"
+base_url = "http://127.0.0.1:{port}/r1/v1"
+headers = {{ "x-fake-ttft-ms" = "{fast}" }}
+[upstreams.fast2]
+type = "openai"
+base_url = "http://127.0.0.1:{port}/r2/v1"
+headers = {{ "x-fake-ttft-ms" = "{fast}" }}
+[upstreams.slow]
+type = "openai"
+base_url = "http://127.0.0.1:{port}/r3/v1"
+headers = {{ "x-fake-ttft-ms" = "{slow}" }}
+[models.replicas]
+targets = [{{ upstream = "slow", model = "m" }}, {{ upstream = "fast1", model = "m" }},
+           {{ upstream = "fast2", model = "m" }}]
+[models.fast]
+targets = [{{ upstream = "fast1", model = "m" }}]
+"""
+BALANCED = 'version = "bench"\n[balance]\nmodels = { "replicas" = "peak_ewma" }\n'
+
+
+async def closed_loop(url: str, model: str, seconds: float, concurrency: int,
+                      fake: FakeUpstream | None = None) -> tuple[list[float], list[str]]:
+    """``concurrency`` clients asking one after another for ``seconds``: each request's
+    latency (ms) and, with ``fake``, the replica that served it, in order of completion."""
+    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    took: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            async with session.post(url, data=body,
+                                    headers={"content-type": "application/json"}) as r:
+                await r.read()
+            took.append((time.perf_counter() - t0) * 1000)
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+    served = [r.path.split("/")[1] for r in fake.records] if fake is not None else []
+    return took, served
+
+
+async def latency_aware(args: argparse.Namespace, fake: FakeUpstream, upstream: int,
+                        tmp: Path) -> dict[str, Any]:
+    """One replica of three slowed 5x: where a balanced model's requests go in its first 2 s,
+    and their p50 against the fast replica's own."""
+    port = free_port()
+    folder = tmp / "balanced"
+    folder.mkdir()
+    extra = REPLICAS.format(port=upstream, fast=args.replica_ms, slow=5 * args.replica_ms)
+    proc = start_gateway(port, upstream, folder, BALANCED, config_extra=extra)
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        await wait_ready(url, timeout=120, post={
+            "model": "bench-model", "messages": [{"role": "user", "content": "up"}]})
+        fake.clear()
+        took, served = await closed_loop(url, "replicas", 2.0, args.concurrency, fake)
+        fake.clear()
+        fast_took, _ = await closed_loop(url, "fast", 2.0, args.concurrency)
+    finally:
+        stop([proc])
+    fast_share = sum(1 for r in served if r != "r3") / len(served)
+    p50, fast_p50 = sorted(took)[len(took) // 2], sorted(fast_took)[len(fast_took) // 2]
+    return {"replica_ttft_ms": {"fast": args.replica_ms, "slow": 5 * args.replica_ms},
+            "requests_first_2_s": len(served), "share_to_fast": round(fast_share, 3),
+            "p50_ms": round(p50, 1), "fast_replica_p50_ms": round(fast_p50, 1),
+            "p50_over_fast": round(p50 / fast_p50, 3),
+            "ok": fast_share >= 0.9 and p50 <= 1.2 * fast_p50}
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     fake = FakeUpstream()
     results: dict[str, Any] = {}
@@ -92,26 +170,34 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         "max_ms": round(took[-1], 1)}
         finally:
             stop(procs)
+        balanced = await latency_aware(args, fake, upstream, Path(tmp))
     checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
                      "calls_off": results[f"{kind} off"]["upstream_calls"],
                      "ok": results[f"{kind} on"]["upstream_calls"] == 1
                      and results[f"{kind} off"]["upstream_calls"] == args.clients
                      and results[f"{kind} on"]["every_client_whole_and_identical"]}
               for kind in ("unary", "stream")}
-    return {"coalescing": results, "acceptance": {"coalescing": checks}}
+    return {"coalescing": results, "latency_aware": balanced,
+            "acceptance": {"coalescing": checks, "latency_aware": balanced["ok"]}}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--ttft-ms", type=float, default=300.0)
+    parser.add_argument("--replica-ms", type=float, default=20.0,
+                        help="latency-aware: the fast replicas' time to first byte")
+    parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     out = asyncio.run(bench(args))
     print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
-    checks = out["acceptance"]["coalescing"]
+    checks, balanced = out["acceptance"]["coalescing"], out["latency_aware"]
     print("tail: coalescing " + "; ".join(
         f"{kind} {c['calls_on']} call(s) on vs {c['calls_off']} off, whole and identical: "
-        f"{'yes' if c['ok'] else 'NO'}" for kind, c in checks.items()))
+        f"{'yes' if c['ok'] else 'NO'}" for kind, c in checks.items())
+        + f"; latency-aware: {balanced['share_to_fast']:.0%} to the fast replicas in 2 s, "
+        f"p50 {balanced['p50_over_fast']:.2f}x the fast one's "
+        f"(>= 90%, <= 1.2x: {'yes' if balanced['ok'] else 'NO'})")
     return 0
 
 
