@@ -11,12 +11,21 @@ sample at once (the "peak") and decays towards faster ones with time constant ``
 a failed attempt counts as a sample of ``failure_penalty_ms``. A target never sampled costs
 nothing, so it is tried soon.
 
+**Hedging** (Dean & Barroso, "The Tail at Scale", CACM 2013): a model listed in
+``hedge_after_ms`` whose call has no first byte (a stream's first event, a whole answer)
+after that long is also sent to its next target; whichever answers first is served, the
+other cancelled at once (its connection dropped, so the upstream stops). A budget bounds
+the hedges to ``hedge_budget`` per request on average, so an overloaded upstream, whose
+every request is slow, is not sent twice the load.
+
 ::
 
     [balance]
     models = { "llama-70b" = "peak_ewma" }
     decay_s = 10.0
     failure_penalty_ms = 5000.0
+    hedge_after_ms = { "llama-70b" = 800 }
+    hedge_budget = 0.05
 """
 
 from __future__ import annotations
@@ -41,6 +50,13 @@ class BalancePolicy:
     models: dict[str, Literal["ordered", "peak_ewma"]] = field(default_factory=dict)
     decay_s: float = bounded(10.0, ge=0.001)
     failure_penalty_ms: float = bounded(5000.0, ge=0.0)
+    #: Public model -> ms without a first byte after which the request is also sent to the
+    #: model's next target (its targets then being equivalent); the first answer is served
+    #: and the other call cancelled.
+    hedge_after_ms: dict[str, float] = field(default_factory=dict)
+    #: Hedges allowed per request, on average (a token bucket, as the retry budget), so that
+    #: hedging never multiplies the load of an overloaded upstream.
+    hedge_budget: float = bounded(0.05, ge=0.0, le=1.0)
 
 
 class PeakEwma:

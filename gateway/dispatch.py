@@ -46,12 +46,13 @@ from gateway.concurrency import Limiter, Shed, Slot
 from gateway.config import Target
 from gateway.context import Reply, RequestContext, Stream
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
-from gateway.formats.bridge import TranslatedStream
+from gateway.formats.bridge import Bridge, TranslatedStream
+from gateway.hedge import race
 from gateway.http import forward_response_headers, retry_after_ms
 from gateway.models import model_not_found
 from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
-from gateway.retry_budget import RetryBudget
+from gateway.retry_budget import RetryBudget, RetryBudgetPolicy
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
@@ -151,6 +152,8 @@ class Dispatcher:
         for name, u in upstreams.items():
             u.on_capacity(self.guards[name].set_capacity)
         self.budget = RetryBudget(policy.retry_budget)
+        #: Hedges (gateway.hedge) spent per hedged request, as the retry budget.
+        self.hedges = RetryBudget(_hedge_budget(policy))
         self._rand = rand
         self._sleep = sleep
 
@@ -159,6 +162,7 @@ class Dispatcher:
         for guard in self.guards.values():
             guard.update(policy)
         self.budget.policy = policy.retry_budget
+        self.hedges.policy = _hedge_budget(policy)
 
     # unary and stream return _run's coroutine rather than awaiting it: one frame less in
     # the await chain, which every resumption of the request walks.
@@ -317,15 +321,18 @@ class Dispatch:
         if balance.models and balance.models.get(route.name) == "peak_ewma":
             guards, decay = dispatcher.guards, balance.decay_s
             targets = choose(targets, lambda t: guards[t.upstream].ewma.cost(decay))
-        if ctx.stream:
+        hedge_ms = balance.hedge_after_ms.get(route.name) if balance.hedge_after_ms else None
+        if hedge_ms is not None and len(targets) > 1:
+            target, opened = await self._hedged(targets, bodies, ctx, hedge_ms / 1000)
+            crossing = bodies.crossing(target)
+            if isinstance(opened, Opened):
+                return self._stream_reply(opened, crossing, bodies, ctx)
+            response = opened
+        elif ctx.stream:
             target, opened = await dispatcher.stream(targets, bodies.request, ctx)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
-                headers = [h for h in forward_response_headers(opened.response.headers)
-                           if h[0] not in (b"content-type", b"cache-control")]
-                stream: Stream = opened if crossing is None else \
-                    TranslatedStream(opened, crossing.stream(ctx.body))
-                return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
+                return self._stream_reply(opened, crossing, bodies, ctx)
             response = opened  # the upstream refused with a status: pass it on
         else:
             target, response = await dispatcher.unary(targets, bodies.request, ctx)
@@ -344,6 +351,44 @@ class Dispatch:
             return Reply(200, headers, jsonio.dumps(out), json=out)
         status, error = crossing.error(response.status, obj)
         return Reply(status, headers, jsonio.dumps(error), json=error)
+
+
+    @staticmethod
+    def _stream_reply(opened: Opened, crossing: Bridge | None, bodies: Outbound,
+                      ctx: RequestContext) -> Reply:
+        headers = [h for h in forward_response_headers(opened.response.headers)
+                   if h[0] not in (b"content-type", b"cache-control")]
+        stream: Stream = opened if crossing is None else \
+            TranslatedStream(opened, crossing.stream(ctx.body))
+        return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
+
+    async def _hedged(self, targets: Sequence[Target], bodies: Outbound, ctx: RequestContext,
+                      after_s: float) -> tuple[Target, WholeResponse | Opened]:
+        """The request raced on the model's targets (:func:`gateway.hedge.race`): the
+        primary on all of them in order, the hedge on the second onwards."""
+        dispatcher = self.dispatcher
+        run = dispatcher.stream if ctx.stream else dispatcher.unary
+        retry_on = ctx.policy.retry.retry_on_status
+        dispatcher.hedges.deposit()
+        (target, result), hedged = await race(
+            lambda: run(targets, bodies.request, ctx),
+            lambda: run(targets[1:], bodies.request, ctx),
+            after_s, dispatcher.hedges.withdraw, lambda r: r[1].status in retry_on,
+            lambda r: _close(r[1]))
+        if hedged:
+            ctx.record.hedged = True
+            ctx.upstream, ctx.model_served = target.upstream, target.model  # the winner's
+        return target, result
+
+
+def _hedge_budget(policy: Policy) -> RetryBudgetPolicy:
+    return RetryBudgetPolicy(ratio=policy.balance.hedge_budget, max_tokens=2.0)
+
+
+def _close(result: WholeResponse | Opened) -> None:
+    """A hedge's losing result: a stream closed (its slot given back)."""
+    if isinstance(result, Opened):
+        result.close()
 
 
 def _give_up(last: tuple[Target, R] | None, error: UpstreamError | None) -> tuple[Target, R]:

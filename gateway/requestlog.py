@@ -73,6 +73,8 @@ rate_limit         which limiter decided the request's rate limits: ``redis`` (s
 rate_limited       the limit that refused it (429): ``requests`` or ``tokens``, else null
 coalesced          ``leader``: identical requests shared its upstream call; ``follower``: it
                    shared another's (the ``coalesce`` stage); else null
+hedged             a hedge was sent (the first call slow to answer: ``[balance]
+                   hedge_after_ms``); ``upstream`` is then the one that answered first
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -111,7 +113,7 @@ FIELDS = (
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
-    "compress_fine", "coalesced",
+    "compress_fine", "coalesced", "hedged",
 )
 
 
@@ -181,6 +183,7 @@ class RequestRecord:
     rate_limit: str | None = None
     rate_limited: str | None = None
     coalesced: str | None = None
+    hedged: bool = False
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False
