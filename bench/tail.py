@@ -1,5 +1,5 @@
-"""Tail-latency techniques, side by side in one run (issue 31). So far: coalescing and
-latency-aware choice among replicas.
+"""Tail-latency techniques, side by side in one run (issue 31). So far: coalescing,
+latency-aware choice among replicas, hedging.
 
 Coalescing: 50 identical concurrent requests (temperature 0), unary and streamed, through a
 gateway with the ``coalesce`` stage on and one with it off, both in front of the same fake
@@ -14,14 +14,19 @@ Latency-aware choice: three replicas of one model behind a balanced gateway (pol
 serve in the first 2 s of a closed loop at ``--concurrency``, and the p50 against the fast
 replica's own (asked directly through its own model).
 
-Prints a JSON document and one line starting ``tail:``. Hedging, fairness and keepalive
-(the rest of issue 31) are not built yet.
+Hedging: two replicas whose time to answer is heavy-tailed (5% of requests 20x the median,
+at random), behind a gateway without hedging and one hedging after ``--hedge-after-ms``: p99
+latency, and the upstream calls made per request.
+
+Prints a JSON document and one line starting ``tail:``. Fairness and keepalive (the rest of
+issue 31) are not measured yet.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 import tempfile
 import time
@@ -141,6 +146,85 @@ async def latency_aware(args: argparse.Namespace, fake: FakeUpstream, upstream: 
             "ok": fast_share >= 0.9 and p50 <= 1.2 * fast_p50}
 
 
+class TailedUpstream:
+    """A chat upstream whose time to answer is heavy-tailed: ``median_ms`` mostly, ``tail_ms``
+    for a ``tail_share`` of requests at random (seeded); it counts the calls it gets."""
+
+    def __init__(self, median_ms: float, tail_ms: float, tail_share: float) -> None:
+        self.median_s, self.tail_s, self.share = median_ms / 1000, tail_ms / 1000, tail_share
+        self.rng = random.Random(0)
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        self.calls += 1
+        await asyncio.sleep(self.tail_s if self.rng.random() < self.share else self.median_s)
+        body = orjson.dumps({"id": "x", "object": "chat.completion", "created": 0,
+                             "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "ok"}}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                       "total_tokens": 2}})
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+HEDGED = """
+[upstreams.a]
+type = "openai"
+base_url = "http://127.0.0.1:{port}/a/v1"
+[upstreams.b]
+type = "openai"
+base_url = "http://127.0.0.1:{port}/b/v1"
+[models.pair]
+targets = [{{ upstream = "a", model = "m" }}, {{ upstream = "b", model = "m" }}]
+"""
+
+
+async def hedging(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Two replicas with a heavy-tailed time to answer (5% of requests 20x the median):
+    p99 latency without hedging and with (after ``--hedge-after-ms``), and the upstream
+    calls per request."""
+    tailed = TailedUpstream(args.median_ms, 20 * args.median_ms, 0.05)
+    out: dict[str, Any] = {"median_ms": args.median_ms, "tail": "5% at 20x"}
+    with ServerThread(tailed) as srv:
+        port = int(srv.url.rsplit(":", 1)[1])
+        for name, policy in (("off", 'version = "bench"\n'),
+                             ("on", ('version = "bench"\n[balance]\nhedge_after_ms = '
+                                    f'{{ "pair" = {args.hedge_after_ms} }}\n'
+                                    'hedge_budget = 0.1\n'))):
+            gw_port = free_port()
+            folder = tmp / f"hedge-{name}"
+            folder.mkdir()
+            proc = start_gateway(gw_port, port, folder, policy,
+                                 config_extra=HEDGED.format(port=port))
+            try:
+                url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+                await wait_ready(url, timeout=120, post={
+                    "model": "pair", "messages": [{"role": "user", "content": "up"}]})
+                tailed.calls = 0
+                took, _ = await closed_loop(url, "pair", args.hedge_seconds, args.concurrency)
+            finally:
+                stop([proc])
+            took.sort()
+            out[name] = {"requests": len(took), "upstream_calls": tailed.calls,
+                         "extra_calls": round(tailed.calls / len(took) - 1, 4),
+                         "p50_ms": round(took[len(took) // 2], 1),
+                         "p99_ms": round(took[int(0.99 * len(took))], 1)}
+    cut = 1 - out["on"]["p99_ms"] / out["off"]["p99_ms"]
+    out["p99_cut"] = round(cut, 3)
+    out["ok"] = cut >= 0.4 and out["on"]["extra_calls"] <= 0.10
+    return out
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     fake = FakeUpstream()
     results: dict[str, Any] = {}
@@ -171,14 +255,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             stop(procs)
         balanced = await latency_aware(args, fake, upstream, Path(tmp))
+        hedged = await hedging(args, Path(tmp))
     checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
                      "calls_off": results[f"{kind} off"]["upstream_calls"],
                      "ok": results[f"{kind} on"]["upstream_calls"] == 1
                      and results[f"{kind} off"]["upstream_calls"] == args.clients
                      and results[f"{kind} on"]["every_client_whole_and_identical"]}
               for kind in ("unary", "stream")}
-    return {"coalescing": results, "latency_aware": balanced,
-            "acceptance": {"coalescing": checks, "latency_aware": balanced["ok"]}}
+    return {"coalescing": results, "latency_aware": balanced, "hedging": hedged,
+            "acceptance": {"coalescing": checks, "latency_aware": balanced["ok"],
+                           "hedging": hedged["ok"]}}
 
 
 def main() -> int:
@@ -188,6 +274,10 @@ def main() -> int:
     parser.add_argument("--replica-ms", type=float, default=20.0,
                         help="latency-aware: the fast replicas' time to first byte")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--median-ms", type=float, default=20.0,
+                        help="hedging: the replicas' usual time to answer")
+    parser.add_argument("--hedge-after-ms", type=float, default=40.0)
+    parser.add_argument("--hedge-seconds", type=float, default=8.0)
     args = parser.parse_args()
     out = asyncio.run(bench(args))
     print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
@@ -197,7 +287,11 @@ def main() -> int:
         f"{'yes' if c['ok'] else 'NO'}" for kind, c in checks.items())
         + f"; latency-aware: {balanced['share_to_fast']:.0%} to the fast replicas in 2 s, "
         f"p50 {balanced['p50_over_fast']:.2f}x the fast one's "
-        f"(>= 90%, <= 1.2x: {'yes' if balanced['ok'] else 'NO'})")
+        f"(>= 90%, <= 1.2x: {'yes' if balanced['ok'] else 'NO'})"
+        f"; hedging: p99 {out['hedging']['off']['p99_ms']} -> {out['hedging']['on']['p99_ms']}"
+        f" ms ({out['hedging']['p99_cut']:.0%} cut) for "
+        f"{out['hedging']['on']['extra_calls']:.1%} extra calls "
+        f"(>= 40%, <= 10%: {'yes' if out['hedging']['ok'] else 'NO'})")
     return 0
 
 
