@@ -15,8 +15,9 @@ nothing, so it is tried soon.
 ``hedge_after_ms`` whose call has no first byte (a stream's first event, a whole answer)
 after that long is also sent to its next target; whichever answers first is served, the
 other cancelled at once (its connection dropped, so the upstream stops). A budget bounds
-the hedges to ``hedge_budget`` per request on average, so an overloaded upstream, whose
-every request is slow, is not sent twice the load.
+the hedges to ``hedge_budget`` per request on average, and a hedge is sent only when the
+next target has a free admission slot now (it never queues), so an overloaded upstream,
+whose every request is slow, is not sent twice the load.
 
 ::
 

@@ -352,7 +352,6 @@ class Dispatch:
         status, error = crossing.error(response.status, obj)
         return Reply(status, headers, jsonio.dumps(error), json=error)
 
-
     @staticmethod
     def _stream_reply(opened: Opened, crossing: Bridge | None, bodies: Outbound,
                       ctx: RequestContext) -> Reply:
@@ -366,22 +365,25 @@ class Dispatch:
                       after_s: float) -> tuple[Target, WholeResponse | Opened]:
         """The request raced on the model's targets (:func:`gateway.hedge.race`): the
         primary on all of them in order, the hedge on the second onwards."""
-        dispatcher = self.dispatcher
+        dispatcher, retry_on = self.dispatcher, ctx.policy.retry.retry_on_status
         run = dispatcher.stream if ctx.stream else dispatcher.unary
-        retry_on = ctx.policy.retry.retry_on_status
         dispatcher.hedges.deposit()
+        spare = dispatcher.guards[targets[1].upstream].limiter
+
+        def allowed() -> bool:  # never queued: a hedge only where a slot is free now
+            free = ctx.ticket is None or spare.in_flight < int(spare.limit)
+            return free and dispatcher.hedges.withdraw()
         (target, result), hedged = await race(
             lambda: run(targets, bodies.request, ctx),
             lambda: run(targets[1:], bodies.request, ctx),
-            after_s, dispatcher.hedges.withdraw, lambda r: r[1].status in retry_on,
-            lambda r: _close(r[1]))
+            after_s, allowed, lambda r: r[1].status in retry_on, lambda r: _close(r[1]))
         if hedged:
             ctx.record.hedged = True
             ctx.upstream, ctx.model_served = target.upstream, target.model  # the winner's
         return target, result
 
 
-def _hedge_budget(policy: Policy) -> RetryBudgetPolicy:
+def _hedge_budget(policy: Policy) -> RetryBudgetPolicy:  # as the retry budget, 2 at most
     return RetryBudgetPolicy(ratio=policy.balance.hedge_budget, max_tokens=2.0)
 
 
