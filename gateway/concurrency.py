@@ -173,9 +173,11 @@ class Limiter:
         return None
 
     async def acquire(self, priority: str = "normal", long: bool = False,
-                      tenant: str | None = None) -> Slot:
+                      tenant: str | None = None, slo_ms: float | None = None) -> Slot:
         """A slot, now or after queueing (``tenant``: whose turn it takes, see the module
-        docstring); raises Shed when waiting would take too long."""
+        docstring); raises Shed when waiting would take too long: past the queue's bounds,
+        or (``slo_ms``, the client's time-to-first-token objective) when the expected wait
+        alone exceeds it (``slo``), at once rather than late."""
         slot = self.try_acquire(long)
         if slot is not None:
             return slot
@@ -188,6 +190,8 @@ class Limiter:
         full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms / 2
         if full and not self._evict_lower(rank):
             raise Shed("queue_full", self._retry_after())
+        if slo_ms is not None and expected_ms > slo_ms:
+            raise Shed("slo", self._retry_after())
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         start = max(self._vtime, self._finish.get(tenant, 0.0))

@@ -115,8 +115,10 @@ class RequestContext:
     response_headers: Headers
     #: The client's API: its request and every answer to it are in this format.
     api: ApiFormat = OPENAI
-    #: Set by admission: how the request queues for slots (None: no admission control).
+    #: Set by admission: how the request queues for slots (None: no admission control),
+    #: and the client's time-to-first-token objective (``x-gateway-ttft-slo-ms``), if any.
     ticket: Ticket | None = None
+    slo_ms: float | None = None
     #: Set by a stage that will try another target when this one cannot be admitted (the
     #: route stage's tier fallback): degraded-mode actions wait until none is left.
     fallbacks_left: int = 0

@@ -227,7 +227,7 @@ class Dispatcher:
                 if slot is None:
                     try:
                         slot = await guard.limiter.acquire(ticket.priority, ticket.long,
-                                                           ctx.key_id)
+                                                           ctx.key_id, ctx.slo_ms)
                     except Shed as exc:
                         shed = exc
                         continue

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from gateway.concurrency import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
 from gateway.context import Headers, Next, Outcome, Reply, RequestContext, Ticket
+from gateway.errors import InvalidRequest
 from gateway.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -68,6 +69,22 @@ def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Headers, size: 
     return _TICKETS[priority, size > policy.long_prompt_bytes]
 
 
+def slo_ms(headers: list[tuple[bytes, bytes]]) -> float | None:
+    """The client's ``x-gateway-ttft-slo-ms`` (a positive number), else None; raises
+    InvalidRequest for anything else."""
+    for k, v in headers:
+        if k == b"x-gateway-ttft-slo-ms":
+            try:
+                value = float(v)
+            except ValueError:
+                value = -1.0
+            if not 0 < value < float("inf"):
+                raise InvalidRequest("x-gateway-ttft-slo-ms must be a positive number of "
+                                     "milliseconds", param="x-gateway-ttft-slo-ms")
+            return value
+    return None
+
+
 #: The tickets there can be, made once (a Ticket is immutable; a frozen dataclass is slow to
 #: make, and every request gets one).
 _TICKETS = {(priority, long): Ticket(priority, long) for priority in PRIORITY_RANK
@@ -86,6 +103,7 @@ class AdmissionStage:
         policy = ctx.policy.admission
         if policy.enabled:
             ctx.ticket = ticket(policy, ctx.key_id, ctx.headers, len(ctx.raw))
+            ctx.slo_ms = slo_ms(ctx.headers)
         try:
             return await self._admit(ctx, call_next)
         except Shed as exc:
@@ -105,7 +123,7 @@ class AdmissionStage:
             if limiter is not None and ctx.ticket is not None:
                 slot = limiter.try_acquire(ctx.ticket.long) \
                     or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long,
-                                             ctx.key_id)
+                                             ctx.key_id, ctx.slo_ms)
             reply = await call_next(ctx)
         except BaseException:
             if slot is not None:

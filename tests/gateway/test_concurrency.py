@@ -189,3 +189,20 @@ async def test_a_priority_still_comes_before_fairness():
     running.release()
     await asyncio.gather(*tasks)
     assert order == ["b/high", "a/normal", "a/normal"]
+
+
+async def test_a_wait_longer_than_the_clients_slo_is_shed_at_once():
+    lim = limiter(max_concurrency=1, max_queue=100, max_queue_wait_ms=60_000)
+    lim.service_ms = 100.0  # each slot is held ~100 ms
+    running = await lim.acquire()
+    waiting = asyncio.create_task(lim.acquire())  # expected wait ~100 ms
+    await asyncio.sleep(0)
+    with pytest.raises(Shed) as exc:  # it would wait ~200 ms: over its 150 ms objective
+        await lim.acquire(slo_ms=150)
+    assert exc.value.reason == "slo"
+    queued = asyncio.create_task(lim.acquire(slo_ms=500))  # within it: it queues
+    await asyncio.sleep(0)
+    assert lim.queue_depth == 2
+    running.release()
+    (await waiting).release()
+    (await queued).release()

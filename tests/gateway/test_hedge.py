@@ -1,6 +1,7 @@
 """Hedged requests: the race itself (primary, hedge after a delay, the loser cancelled, the
 budget), and a gateway whose model's first target is slow answering from the second, the
-slow call cancelled upstream, whole and streamed."""
+slow call cancelled upstream, whole and streamed. And the client's time-to-first-token
+objective (``x-gateway-ttft-slo-ms``) checked at the door."""
 
 from __future__ import annotations
 
@@ -120,3 +121,11 @@ def test_a_slow_target_is_hedged_on_the_next_and_cancelled(
     slow = fake.wait_for(lambda recs: next((r for r in recs if r.path.startswith("/r1/")
                                             and r.disconnected is not None), None))
     assert slow.first_byte is None
+
+
+def test_a_bad_slo_header_is_a_400(gw: GatewayServer, fake: FakeUpstream) -> None:
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client, \
+            pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="fake-model", messages=[
+            {"role": "user", "content": "hi"}], extra_headers={"x-gateway-ttft-slo-ms": "soon"})
+    assert err.value.param == "x-gateway-ttft-slo-ms" and fake.records == []
