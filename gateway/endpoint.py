@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
@@ -100,10 +101,13 @@ class ModelEndpoint:
             with gw.watches.watch(receive, task) as watch:
                 if rec.stream:  # a client leaving a stream is noticed at once (no grace)
                     watch.now()
+                keepalive = runtime.policy.streaming.keepalive_s if rec.stream else 0.0
                 if api is RESPONSES:  # a conversation rebuilt before, the answer kept after
                     turn = await gw.responses.resolve(ctx)
-                    reply = await runtime.pipeline(ctx)
+                    reply = await sending.keeping_alive(runtime.pipeline(ctx), keepalive)
                     gw.responses.keep(turn, ctx, reply)
+                elif keepalive:
+                    reply = await sending.keeping_alive(runtime.pipeline(ctx), keepalive)
                 else:
                     reply = await runtime.pipeline(ctx)
                 if reply.stream is not None:
@@ -177,8 +181,34 @@ class _Sending:
         #: client leaving after that (or the server saying so) cancels nothing.
         self.completed = False
 
+    async def keeping_alive(self, pipeline: Awaitable[Reply], every_s: float) -> Reply:
+        """The pipeline's reply to a stream request; meanwhile, when ``every_s`` > 0 and
+        nothing comes for that long, the stream's headers and then an SSE comment every
+        ``every_s``, so that proxies and load balancers that cut idle connections keep this
+        one through a long prefill or queue (the reply, or an error, follows as events)."""
+        if not every_s:
+            return await pipeline
+        task = asyncio.ensure_future(pipeline)
+        try:
+            while True:
+                done, _ = await asyncio.wait((task,), timeout=every_s)
+                if done:
+                    return task.result()
+                if not self.started:
+                    self.streaming = True
+                    self.rec.status = 200
+                    await self._start(200, _SSE_HEADERS)
+                await self.send({"type": "http.response.body", "body": b": keepalive\n\n",
+                                 "more_body": True})
+        except BaseException:
+            task.cancel()
+            raise
+
     async def whole(self, reply: Reply, ctx: RequestContext) -> None:
         """Send a complete reply (JSON, or a whole SSE stream)."""
+        if self.streaming:  # headers already sent, keeping the stream alive: as events
+            await self._late(reply, ctx)
+            return
         delivered = False
         try:
             self.rec.status = reply.status
@@ -193,10 +223,41 @@ class _Sending:
         finally:
             reply.close(Outcome(delivered))
 
+    async def _late(self, reply: Reply, ctx: RequestContext) -> None:
+        """A whole reply to a stream already started (kept alive): its events, or an error
+        event for an error answer; the stream ends."""
+        delivered = False
+        try:
+            if reply.sse:
+                _first_event(ctx)
+                body = reply.body
+                delivered = reply.status == 200
+            else:
+                obj: dict[str, Any] = reply.json if isinstance(reply.json, dict) else {}
+                inner: dict[str, Any] = obj["error"] if isinstance(obj.get("error"),
+                                                                     dict) else obj
+                exc = UpstreamError(str(inner.get("message")
+                                        or f"upstream answered {reply.status}"))
+                kind, code = inner.get("type"), inner.get("code")
+                exc.type = kind if isinstance(kind, str) else exc.type
+                exc.code = code if isinstance(code, str) else exc.code
+                self.rec.error_type, self.rec.error_code = exc.type, exc.code
+                body = self.api.error_event(exc)
+            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+            self.completed = True
+        finally:
+            reply.close(Outcome(delivered))
+
     async def error(self, exc: GatewayError) -> None:
-        """Answer ``exc`` in the client's format (unless the reply has started)."""
+        """Answer ``exc`` in the client's format (unless the reply has started: a stream
+        kept alive ends with it as an error event)."""
         rec, api = self.rec, self.api
         rec.status, rec.error_type, rec.error_code = api.error_status(exc), exc.type, exc.code
+        if self.streaming:
+            rec.status = 200
+            await self.send({"type": "http.response.body", "body": api.error_event(exc),
+                             "more_body": False})
+            return
         if not self.started:
             headers = [(b"content-type", b"application/json"), *self.extra]
             headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
@@ -214,6 +275,8 @@ class _Sending:
                              "more_body": False})
 
     async def _start(self, status: int, headers: Headers) -> None:
+        if self.started:  # already sent, keeping the stream alive
+            return
         self.started = True
         await self.send({"type": "http.response.start", "status": status,
                          "headers": headers + self.extra})

@@ -30,11 +30,9 @@ from gateway.ratelimit.policy import RateLimitPolicy
 from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
 
-__all__ = [
-    "CachePolicy", "CompressionPolicy", "DegradedPolicy", "OperatingPoint", "PipelinePolicy", "Policy", "PolicyStore",
-    "PromptCachePolicy", "RetryPolicy", "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "TranslationPolicy",
-    "load_policy",
-]
+__all__ = ["CachePolicy", "CompressionPolicy", "DegradedPolicy", "OperatingPoint",
+           "PipelinePolicy", "Policy", "PolicyStore", "PromptCachePolicy", "RetryPolicy",
+           "RouterPolicy", "RoutingPolicy", "StreamingPolicy", "TranslationPolicy", "load_policy"]
 
 log = structlog.get_logger("gateway.policy")
 
@@ -62,6 +60,9 @@ class StreamingPolicy:
     #: Ask OpenAI-style upstreams for the final usage chunk (for logs and metrics); it is
     #: forwarded only to clients that asked for it themselves.
     observe_usage: bool = True
+    #: A stream with no event yet (a long prefill, a queue) gets its headers and an SSE
+    #: comment after this many seconds, then a comment as often (0: never): gateway.endpoint.
+    keepalive_s: float = bounded(15.0, ge=0.0)
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,7 @@ class RouterPolicy:
     #: Explicit model names whose requests this router also routes (opt-in); requests for
     #: any other model name pass through unchanged.
     models: tuple[str, ...] = ()
-    #: When the chosen tier fails (5xx, 429, unreachable, prompt too long for its context)
-    #: or sheds, try the other tier.
+    #: The chosen tier fails (5xx, 429, unreachable, prompt too long) or sheds: the other.
     fallback: bool = True
 
     def __post_init__(self) -> None:
