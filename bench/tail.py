@@ -1,5 +1,5 @@
 """Tail-latency techniques, side by side in one run (issue 31). So far: coalescing,
-latency-aware choice among replicas, hedging.
+latency-aware choice among replicas, hedging, keepalive.
 
 Coalescing: 50 identical concurrent requests (temperature 0), unary and streamed, through a
 gateway with the ``coalesce`` stage on and one with it off, both in front of the same fake
@@ -18,8 +18,11 @@ Hedging: two replicas whose time to answer is heavy-tailed (5% of requests 20x t
 at random), behind a gateway without hedging and one hedging after ``--hedge-after-ms``: p99
 latency, and the upstream calls made per request.
 
-Prints a JSON document and one line starting ``tail:``. Fairness and keepalive (the rest of
-issue 31) are not measured yet.
+Keepalive: a stream whose first token comes after 5 s, read through a 3 s idle timeout, from
+a gateway sending keepalive comments every second and from one sending none.
+
+Prints a JSON document and one line starting ``tail:``. Fairness (the rest of issue 31) is
+not measured yet.
 """
 
 from __future__ import annotations
@@ -225,6 +228,39 @@ async def hedging(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return out
 
 
+async def keepalive(fake_port: int, tmp: Path) -> dict[str, Any]:
+    """A stream whose first token comes after 5 s, read through an idle timeout of 3 s (as a
+    proxy or load balancer that cuts a connection silent for that long), from a gateway
+    sending keepalive comments every second and from one sending none (issue 31's 45 s
+    prefill behind a 30 s idle timeout, scaled down 9x)."""
+    out: dict[str, Any] = {"first_token_s": 5, "idle_timeout_s": 3, "keepalive_s": 1}
+    body = orjson.dumps({"model": "bench-model", "stream": True,
+                         "messages": [{"role": "user", "content": "slow"}]})
+    for name, every in (("on", 1), ("off", 0)):
+        port = free_port()
+        folder = tmp / f"keepalive-{name}"
+        folder.mkdir()
+        proc = start_gateway(port, fake_port, folder,
+                             f'version = "bench"\n[streaming]\nkeepalive_s = {every}\n')
+        try:
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            await wait_ready(url, timeout=120, post={
+                "model": "bench-model", "messages": [{"role": "user", "content": "up"}]})
+            idle = aiohttp.ClientTimeout(total=None, sock_read=3)
+            try:
+                async with aiohttp.ClientSession(timeout=idle) as session, session.post(
+                        url, data=body, headers={"content-type": "application/json",
+                                                 "x-fake-ttft-ms": "5000"}) as r:
+                    raw = await r.read()
+                out[name] = "completed" if raw.rstrip().endswith(b"[DONE]") else "cut short"
+            except (TimeoutError, aiohttp.ClientError):
+                out[name] = "cut by the idle timeout"
+        finally:
+            stop([proc])
+    out["ok"] = out["on"] == "completed"
+    return out
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     fake = FakeUpstream()
     results: dict[str, Any] = {}
@@ -256,6 +292,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             stop(procs)
         balanced = await latency_aware(args, fake, upstream, Path(tmp))
         hedged = await hedging(args, Path(tmp))
+        kept = await keepalive(upstream, Path(tmp))
     checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
                      "calls_off": results[f"{kind} off"]["upstream_calls"],
                      "ok": results[f"{kind} on"]["upstream_calls"] == 1
@@ -263,8 +300,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                      and results[f"{kind} on"]["every_client_whole_and_identical"]}
               for kind in ("unary", "stream")}
     return {"coalescing": results, "latency_aware": balanced, "hedging": hedged,
+            "keepalive": kept,
             "acceptance": {"coalescing": checks, "latency_aware": balanced["ok"],
-                           "hedging": hedged["ok"]}}
+                           "hedging": hedged["ok"], "keepalive": kept["ok"]}}
 
 
 def main() -> int:
@@ -291,7 +329,9 @@ def main() -> int:
         f"; hedging: p99 {out['hedging']['off']['p99_ms']} -> {out['hedging']['on']['p99_ms']}"
         f" ms ({out['hedging']['p99_cut']:.0%} cut) for "
         f"{out['hedging']['on']['extra_calls']:.1%} extra calls "
-        f"(>= 40%, <= 10%: {'yes' if out['hedging']['ok'] else 'NO'})")
+        f"(>= 40%, <= 10%: {'yes' if out['hedging']['ok'] else 'NO'})"
+        f"; keepalive: a 5 s first token through a 3 s idle timeout {out['keepalive']['on']}"
+        f" (without: {out['keepalive']['off']})")
     return 0
 
 
