@@ -1,5 +1,5 @@
 """Tail-latency techniques, side by side in one run (issue 31). So far: coalescing,
-latency-aware choice among replicas, hedging, keepalive.
+latency-aware choice among replicas, hedging, keepalive, fairness between keys.
 
 Coalescing: 50 identical concurrent requests (temperature 0), unary and streamed, through a
 gateway with the ``coalesce`` stage on and one with it off, both in front of the same fake
@@ -21,14 +21,19 @@ latency, and the upstream calls made per request.
 Keepalive: a stream whose first token comes after 5 s, read through a 3 s idle timeout, from
 a gateway sending keepalive comments every second and from one sending none.
 
-Prints a JSON document and one line starting ``tail:``. Fairness (the rest of issue 31) is
-not measured yet.
+Fairness: four gateway keys through an upstream admitted 4 at a time, one key with 10x the
+others' clients: each light key's goodput against its fair share, keys taking turns in the
+queue, beside all of them sending one key (first come, first served).
+
+Prints a JSON document and one line starting ``tail:``. Not measured yet: interactive
+against batch priority under load, and ``make run``'s replay and flood (issue 31).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
 import tempfile
@@ -261,6 +266,68 @@ async def keepalive(fake_port: int, tmp: Path) -> dict[str, Any]:
     return out
 
 
+TENANTS = {"heavy": 40, "light1": 4, "light2": 4, "light3": 4}  # closed-loop clients each
+FAIR_POLICY = """version = "bench"
+[admission]
+max_concurrency = 4
+max_queue = 1000
+max_queue_wait_ms = 60000
+"""
+
+
+async def _ask_until(session: aiohttp.ClientSession, url: str, body: bytes, key: str,
+                     deadline: float, served: dict[str, int], tenant: str) -> None:
+    """One client asking back to back until ``deadline``; its answers counted as
+    ``tenant``'s."""
+    headers = {"authorization": f"Bearer {key}", "x-fake-ttft-ms": "50",
+               "content-type": "application/json"}
+    while time.perf_counter() < deadline:
+        async with session.post(url, data=body, headers=headers) as r:
+            await r.read()
+            served[tenant] += r.status == 200
+
+
+async def fairness(fake_port: int, tmp: Path, seconds: float) -> dict[str, Any]:
+    """Four gateway keys through an upstream admitted 4 at a time (50 ms each): one with 40
+    clients asking back to back, three with 4 each. Each light key's goodput against its fair
+    share (a quarter of the throughput), with keys taking turns in the queue (each its own
+    key) and without (all four sending one key: first come, first served)."""
+    out: dict[str, Any] = {"clients": TENANTS, "slots": 4, "service_ms": 50}
+    body = orjson.dumps({"model": "bench-model", "max_tokens": 4,
+                         "messages": [{"role": "user", "content": "fair?"}]})
+    keys = "".join(f'[[auth.keys]]\nid = "{t}"\nkey_env = "BENCH_KEY_{t.upper()}"\n'
+                   for t in TENANTS)
+    for tenant in TENANTS:
+        os.environ[f"BENCH_KEY_{tenant.upper()}"] = f"key-{tenant}"
+    for name, own_keys in (("per key", True), ("one key", False)):
+        port = free_port()
+        folder = tmp / f"fair-{name.replace(' ', '-')}"
+        folder.mkdir()
+        proc = start_gateway(port, fake_port, folder, FAIR_POLICY, config_extra=keys)
+        served: dict[str, int] = dict.fromkeys(TENANTS, 0)
+        try:
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            await wait_ready(url, timeout=120, post={
+                "model": "bench-model", "messages": [{"role": "user", "content": "up"}]},
+                headers={"authorization": "Bearer key-heavy"})
+            deadline = time.perf_counter() + seconds
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+                await asyncio.gather(*(
+                    _ask_until(s, url, body, f"key-{t}" if own_keys else "key-heavy",
+                               deadline, served, t)
+                    for t, n in TENANTS.items() for _ in range(n)))
+        finally:
+            stop([proc])
+        total = sum(served.values())
+        out[name] = {t: {"goodput_rps": round(n / seconds, 1),
+                         "of_fair_share": round(n / (total / len(TENANTS)), 3)}
+                     for t, n in served.items()}
+    worst = min(out["per key"][t]["of_fair_share"] for t in TENANTS if t != "heavy")
+    out["light_worst_of_fair_share"] = worst
+    out["ok"] = worst >= 0.9
+    return out
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     fake = FakeUpstream()
     results: dict[str, Any] = {}
@@ -293,6 +360,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         balanced = await latency_aware(args, fake, upstream, Path(tmp))
         hedged = await hedging(args, Path(tmp))
         kept = await keepalive(upstream, Path(tmp))
+        fair = await fairness(upstream, Path(tmp), args.fair_seconds)
     checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
                      "calls_off": results[f"{kind} off"]["upstream_calls"],
                      "ok": results[f"{kind} on"]["upstream_calls"] == 1
@@ -300,9 +368,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                      and results[f"{kind} on"]["every_client_whole_and_identical"]}
               for kind in ("unary", "stream")}
     return {"coalescing": results, "latency_aware": balanced, "hedging": hedged,
-            "keepalive": kept,
+            "keepalive": kept, "fairness": fair,
             "acceptance": {"coalescing": checks, "latency_aware": balanced["ok"],
-                           "hedging": hedged["ok"], "keepalive": kept["ok"]}}
+                           "hedging": hedged["ok"], "keepalive": kept["ok"],
+                           "fairness": fair["ok"]}}
 
 
 def main() -> int:
@@ -316,10 +385,13 @@ def main() -> int:
                         help="hedging: the replicas' usual time to answer")
     parser.add_argument("--hedge-after-ms", type=float, default=40.0)
     parser.add_argument("--hedge-seconds", type=float, default=8.0)
+    parser.add_argument("--fair-seconds", type=float, default=8.0)
     args = parser.parse_args()
     out = asyncio.run(bench(args))
     print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
-    checks, balanced = out["acceptance"]["coalescing"], out["latency_aware"]
+    checks, balanced, fair = out["acceptance"]["coalescing"], out["latency_aware"], \
+        out["fairness"]
+    unfair = min(v["of_fair_share"] for t, v in fair["one key"].items() if t != "heavy")
     print("tail: coalescing " + "; ".join(
         f"{kind} {c['calls_on']} call(s) on vs {c['calls_off']} off, whole and identical: "
         f"{'yes' if c['ok'] else 'NO'}" for kind, c in checks.items())
@@ -331,7 +403,10 @@ def main() -> int:
         f"{out['hedging']['on']['extra_calls']:.1%} extra calls "
         f"(>= 40%, <= 10%: {'yes' if out['hedging']['ok'] else 'NO'})"
         f"; keepalive: a 5 s first token through a 3 s idle timeout {out['keepalive']['on']}"
-        f" (without: {out['keepalive']['off']})")
+        f" (without: {out['keepalive']['off']})"
+        f"; fairness: the worst light key got {fair['light_worst_of_fair_share']:.0%}"
+        f" of its fair share with keys taking turns (one key, first come first served: "
+        f"{unfair:.0%}; >= 90%: {'yes' if fair['ok'] else 'NO'})")
     return 0
 
 
