@@ -84,7 +84,9 @@ class Flight:
             self._fly(call, leader))
 
     def joined(self, ctx: RequestContext) -> None:
+        """``ctx``'s request shares this call: its log line and headers say so."""
         ctx.record.coalesced = "follower"
+        ctx.response_headers.append((b"x-gateway-coalesced", b"1"))
         self.leader.record.coalesced = "leader"
 
     async def _fly(self, call: Callable[[RequestContext], Awaitable[Reply]],

@@ -54,7 +54,4 @@ class CoalesceStage:
         key = hashlib.blake2b(orjson.dumps(
             [ctx.api.name, namespace_of(ctx.headers, ctx.key_id), ctx.model, body],
             option=_OPTS), digest_size=16).hexdigest()
-        reply = await self.flights.join(key, ctx, call_next)
-        if ctx.record.coalesced == "follower":
-            ctx.response_headers.append((b"x-gateway-coalesced", b"1"))
-        return reply
+        return await self.flights.join(key, ctx, call_next)
