@@ -25,8 +25,12 @@ Fairness: four gateway keys through an upstream admitted 4 at a time, one key wi
 others' clients: each light key's goodput against its fair share, keys taking turns in the
 queue, beside all of them sending one key (first come, first served).
 
-Prints a JSON document and one line starting ``tail:``. Not measured yet: interactive
-against batch priority under load, and ``make run``'s replay and flood (issue 31).
+Priority: interactive requests (``x-gateway-priority: high``) through the same 4 slots, alone
+and while 40 batch clients (``low``) fill the rest: the interactive p99 against its own
+unloaded p99.
+
+Prints a JSON document and one line starting ``tail:``. Not measured yet: ``make run``'s
+replay and flood (issue 31).
 """
 
 from __future__ import annotations
@@ -287,6 +291,56 @@ async def _ask_until(session: aiohttp.ClientSession, url: str, body: bytes, key:
             served[tenant] += r.status == 200
 
 
+async def _timed_until(session: aiohttp.ClientSession, url: str, body: bytes,
+                       headers: dict[str, str], deadline: float, took: list[float]) -> None:
+    """One client asking back to back until ``deadline``; each answered request's latency
+    (ms) into ``took``."""
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        async with session.post(url, data=body, headers=headers) as r:
+            await r.read()
+            if r.status == 200:
+                took.append((time.perf_counter() - t0) * 1000)
+
+
+async def priority(fake_port: int, tmp: Path, seconds: float) -> dict[str, Any]:
+    """Interactive traffic (``x-gateway-priority: high``, 2 clients) through an upstream
+    admitted 4 at a time (50 ms each), alone and while 40 batch clients (``low``) fill the
+    rest: the interactive p99 against its unloaded p99."""
+    port = free_port()
+    folder = tmp / "priority"
+    folder.mkdir()
+    proc = start_gateway(port, fake_port, folder, FAIR_POLICY)
+    body = orjson.dumps({"model": "bench-model", "max_tokens": 4,
+                         "messages": [{"role": "user", "content": "now?"}]})
+    common = {"content-type": "application/json", "x-fake-ttft-ms": "50"}
+    out: dict[str, Any] = {}
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        await wait_ready(url, timeout=120, post={
+            "model": "bench-model", "messages": [{"role": "user", "content": "up"}]})
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+            for loaded in (False, True):
+                took: list[float] = []
+                batch: list[float] = []
+                deadline = time.perf_counter() + seconds
+                await asyncio.gather(
+                    *(_timed_until(s, url, body, {**common, "x-gateway-priority": "high"},
+                                   deadline, took) for _ in range(2)),
+                    *(_timed_until(s, url, body, {**common, "x-gateway-priority": "low"},
+                                   deadline, batch) for _ in range(40 if loaded else 0)))
+                took.sort()
+                out["loaded" if loaded else "alone"] = {
+                    "interactive_p99_ms": round(took[int(0.99 * len(took))], 1),
+                    "interactive_requests": len(took), "batch_requests": len(batch)}
+    finally:
+        stop([proc])
+    ratio = out["loaded"]["interactive_p99_ms"] / out["alone"]["interactive_p99_ms"]
+    out["p99_over_alone"] = round(ratio, 3)
+    out["ok"] = ratio <= 2.0
+    return out
+
+
 async def fairness(fake_port: int, tmp: Path, seconds: float) -> dict[str, Any]:
     """Four gateway keys through an upstream admitted 4 at a time (50 ms each): one with 40
     clients asking back to back, three with 4 each. Each light key's goodput against its fair
@@ -361,6 +415,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         hedged = await hedging(args, Path(tmp))
         kept = await keepalive(upstream, Path(tmp))
         fair = await fairness(upstream, Path(tmp), args.fair_seconds)
+        fair["priority"] = await priority(upstream, Path(tmp), args.fair_seconds)
     checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
                      "calls_off": results[f"{kind} off"]["upstream_calls"],
                      "ok": results[f"{kind} on"]["upstream_calls"] == 1
@@ -371,7 +426,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "keepalive": kept, "fairness": fair,
             "acceptance": {"coalescing": checks, "latency_aware": balanced["ok"],
                            "hedging": hedged["ok"], "keepalive": kept["ok"],
-                           "fairness": fair["ok"]}}
+                           "fairness": fair["ok"], "priority": fair["priority"]["ok"]}}
 
 
 def main() -> int:
@@ -406,7 +461,10 @@ def main() -> int:
         f" (without: {out['keepalive']['off']})"
         f"; fairness: the worst light key got {fair['light_worst_of_fair_share']:.0%}"
         f" of its fair share with keys taking turns (one key, first come first served: "
-        f"{unfair:.0%}; >= 90%: {'yes' if fair['ok'] else 'NO'})")
+        f"{unfair:.0%}; >= 90%: {'yes' if fair['ok'] else 'NO'})"
+        f"; priority: interactive p99 {fair['priority']['p99_over_alone']:.2f}x its unloaded "
+        f"p99 while batch fills the rest (<= 2x: "
+        f"{'yes' if fair['priority']['ok'] else 'NO'})")
     return 0
 
 
