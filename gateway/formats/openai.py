@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 RequestKind = Literal["chat", "completions", "embeddings"]
+
+_END = b"\n\n" + DONE  # the end of a stream as OpenAI sends it
+_END_LEN = len(_END)
 
 _NUMBERS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 2.0),
@@ -117,42 +121,62 @@ def answer_from_completion(obj: Any, allow_tools: bool) -> Answer | None:
 
 
 class AnswerCollector:
-    """Rebuilds the answer of a chunk stream from its events, fed as they are sent."""
+    """Rebuilds the answer of a chunk stream from its events. The blocks of whole events are
+    kept as they are sent (``feed`` is the list's own ``append``: no Python work per block on
+    the relay's path) and read once, by :meth:`answer`."""
 
-    __slots__ = ("broken", "content", "model", "tool_calls")
+    __slots__ = ("_blocks", "feed")
 
     def __init__(self) -> None:
-        self.content: list[str] = []
-        self.tool_calls = False
-        self.model = ""
-        self.broken = False
-
-    def feed(self, events: bytes) -> None:
-        """Take a block of whole SSE events."""
-        for event in events.split(b"\n\n"):
-            if not event.startswith(b"data: {"):
-                continue
-            try:
-                obj = orjson.loads(event[6:])
-            except orjson.JSONDecodeError:
-                self.broken = True
-                continue
-            self.model = obj.get("model") or self.model
-            for choice in obj.get("choices") or ():
-                if choice.get("index", 0) != 0:
-                    self.broken = True  # n > 1: not one answer
-                delta = choice.get("delta") or {}
-                if delta.get("content"):
-                    self.content.append(delta["content"])
-                if delta.get("tool_calls"):
-                    self.tool_calls = True
+        self._blocks: list[bytes] = []
+        #: Take a block of whole SSE events.
+        self.feed: Callable[[bytes], None] = self._blocks.append
 
     def answer(self, finish: str | None, usage: dict[str, Any] | None) -> Answer | None:
-        """The whole answer, or None when it may not be kept (streamed tool calls are not
-        reassembled)."""
-        if self.broken or self.tool_calls or finish != "stop":
+        """The whole answer, or None when it may not be kept (an unreadable chunk, another
+        choice than the first, streamed tool calls: they are not reassembled)."""
+        if finish != "stop":
             return None
-        return Answer.complete("".join(self.content), finish, self.model, None, usage, False)
+        chunks = _chunks(self._blocks)
+        if chunks is None:
+            return None
+        content: list[str] = []
+        model = ""
+        try:
+            for obj in chunks:
+                model = obj.get("model") or model
+                for choice in obj.get("choices") or ():
+                    if choice.get("index", 0) != 0:
+                        return None  # n > 1: not one answer
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        content.append(delta["content"])
+                    if delta.get("tool_calls"):
+                        return None
+        except (AttributeError, TypeError):  # a chunk not shaped as one: nothing to keep
+            return None
+        return Answer.complete("".join(content), finish, model, None, usage, False)
+
+
+def _chunks(blocks: list[bytes]) -> list[Any] | None:
+    """The stream's ``data: {...}`` events parsed (others skipped), or None when one is not
+    JSON. A stream framed as OpenAI sends it (each event one ``data:`` line, ``[DONE]``
+    last) is cut by one split and parsed by ``map``; any other is read event by event."""
+    data = b"".join(blocks)
+    if data[-_END_LEN:] == _END:  # [DONE], an event of its own, last
+        data = data[:2 - _END_LEN]
+    elif data == DONE:
+        return []
+    try:
+        # Every newline is one of an event's two ending ones: each event is one data line
+        # holding an object.
+        if data.startswith(b"data: {") and data.endswith(b"\n\n") \
+                and data.count(10) == 2 * data.count(b"\n\ndata: {") + 2:
+            return list(map(orjson.loads, data[6:-2].split(b"\n\ndata: ")))
+        return [orjson.loads(event[6:]) for block in blocks for event in block.split(b"\n\n")
+                if event.startswith(b"data: {")]
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _usage(answer: Answer) -> dict[str, Any]:

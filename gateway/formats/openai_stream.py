@@ -20,6 +20,7 @@ __all__ = ["StreamObserver", "error_type_in"]
 
 _FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
 _DONE = DONE[:-2]  # b"data: [DONE]"
+_DONE_LEN = len(DONE)
 
 
 class StreamObserver:
@@ -46,7 +47,7 @@ class StreamObserver:
             return b""
         # A block ending with [DONE] (the whole rest of a stream, as a fast upstream sends it)
         # goes straight to the full look, which reads it from the end.
-        if block.endswith(DONE):
+        if block[-_DONE_LEN:] == DONE:  # (a slice: endswith parses its arguments slowly)
             return self._observe(block)
         # The common block holds only content chunks, one line each plus the blank line, each
         # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
