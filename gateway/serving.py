@@ -19,6 +19,7 @@ uvicorn's own ``send``.
 from __future__ import annotations
 
 import asyncio
+import operator
 from typing import Any, NoReturn
 
 from uvicorn.protocols.http.httptools_impl import (
@@ -122,6 +123,8 @@ _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 #: The bytes uvicorn allows in a header name, and in a value.
 _NAME_BYTES = bytes(b for b in range(256) if HEADER_RE.match(bytes([b])) is None)
 _VALUE_BYTES = bytes(b for b in range(256) if HEADER_VALUE_RE.match(bytes([b])) is None)
+_NAME = operator.itemgetter(0)
+_LINE = b": ".join  # a (name, value) pair as its header line, without the line end
 
 
 def _reject(headers: list[tuple[bytes, bytes]]) -> NoReturn:
@@ -165,22 +168,21 @@ class LeanCycle(RequestResponseCycle):
         self.waiting_for_100_continue = False
         status = message["status"]
         headers = self.default_headers + list(message.get("headers", []))
-        content = [STATUS_LINE[status]]
-        names = []
-        framing = []
-        for name, value in headers:
-            names.append(name)
-            name = name.lower()
-            if name in _FRAMING:
-                framing.append((name, value))
-            content += (name, b": ", value, b"\r\n")
-        head = b"".join(content)
+        # One pass in C over the pairs for each job (bytes.join over a map), not a Python
+        # loop over the headers (~2.5k instructions a header).
+        names = b"".join(map(_NAME, headers))
+        if not names.islower():  # uvicorn sends the names lower-cased (ours already are)
+            headers = [(name.lower(), value) for name, value in headers]
+        head = STATUS_LINE[status] + b"\r\n".join(map(_LINE, headers))
+        if headers:
+            head += b"\r\n"
         # uvicorn's check, two regex searches per header (a character class each), is made
         # by deleting the allowed bytes: of the names none may be left, of the head only the
         # line ends. Anything else is checked again as uvicorn does, to raise as it would.
-        if b"".join(names).translate(None, _NAME_BYTES) \
+        if names.translate(None, _NAME_BYTES) \
                 or head.translate(None, _VALUE_BYTES) != b"\r\n" * (len(headers) + 1):
             _reject(headers)
+        framing = [(name, value) for name, value in headers if name in _FRAMING]
         has_connection_close = False
         for name, value in framing:
             if name == b"content-length":
