@@ -13,16 +13,20 @@ Pure functions over a parsed chat completions request.
   meaning (:func:`gateway.formats.chat_text.final_user_text`: the caller passes it in).
 - **Eligibility**: the policy bounds temperature; never with n > 1, logprobs, or a forced
   tool call (those answers are not interchangeable).
+- **Headers**: the request's ``Cache-Control`` directives, and its namespace (the key's,
+  narrowed by ``x-gateway-cache-namespace``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_key", "ineligible_reason"]
+__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_directives", "cache_key", "ineligible_reason",
+           "namespace_of"]
 
 #: Fields that do not change what the model answers: excluded from both keys.
 NEUTRAL_FIELDS = frozenset({
@@ -124,3 +128,22 @@ def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | Non
         if held in data:
             return held
     return None
+
+
+def cache_directives(headers: Iterable[tuple[bytes, bytes]]) -> set[str]:
+    """The request's ``Cache-Control`` directives, lower-cased."""
+    out: set[str] = set()
+    for k, v in headers:
+        if k == b"cache-control":
+            out.update(d.strip().lower() for d in v.decode("latin-1").split(","))
+    return out
+
+
+def namespace_of(headers: Iterable[tuple[bytes, bytes]], key_id: str | None) -> str:
+    """The key's namespace (``default`` without keys), narrowed by ``x-gateway-cache-
+    namespace``; a client can never reach another key's entries through the header."""
+    base = key_id or "default"
+    for k, v in headers:
+        if k == b"x-gateway-cache-namespace" and 0 < len(v) <= 128:
+            return f"{base}/{v.decode('latin-1')}"
+    return base
