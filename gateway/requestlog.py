@@ -136,11 +136,16 @@ class RequestRecord:
     writes only its own decision fields (``cache``, ``route_tier``...); nothing on the
     request path reads it back.
 
-    Fields default at class level, so a request pays only for the fields it sets.
+    The record's own dict is the log line: a copy of the defaults (:data:`FIELDS`, in order)
+    made at the start, each field set in its place; the internal timers (``started``, the
+    upstream's start and end, arrival as a POSIX time) are slots, outside it. The class-level
+    values below are the defaults (and the fields' types).
     """
 
-    upstream_started: float | None = None
-    upstream_ended: float | None = None
+    __slots__ = ("__dict__", "_arrived", "started", "upstream_ended", "upstream_started")
+
+    upstream_started: float | None
+    upstream_ended: float | None
     key_id: str | None = None
     model_requested: str | None = None
     model_served: str | None = None
@@ -190,9 +195,11 @@ class RequestRecord:
     status: int = 0
 
     def __init__(self, request_id: str, route: str, stream: bool = False):
+        self.__dict__ = _DEFAULTS.copy()
         self.started = time.perf_counter()
+        self.upstream_started = self.upstream_ended = None
         self.request_id = request_id
-        self.ts = time.time()
+        self._arrived = time.time()
         self.route = route
         self.stream = stream
 
@@ -208,14 +215,10 @@ class RequestRecord:
             self.overhead_ms = self.total_ms
 
     def as_dict(self) -> dict[str, Any]:
-        """The log line's fields, in FIELDS order. (Two dict merges in C: the defaults, then
-        what this request set, which keeps the defaults' order; then the internal timers
-        go.)"""
-        out = {**_DEFAULTS, **self.__dict__}
-        del out["started"]
-        out.pop("upstream_started", None)
-        out.pop("upstream_ended", None)
-        out["ts"] = _iso(self.ts)
+        """The log line's fields, in FIELDS order: the record's own dict (not a copy: the
+        record is done), ``ts`` written into it now."""
+        out = self.__dict__
+        out["ts"] = _iso(self._arrived)
         return out
 
 
