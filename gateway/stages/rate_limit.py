@@ -88,6 +88,14 @@ def rfc3339_after(seconds: float) -> str:
     return _utc_second(time.time_ns() // 1_000_000_000 + math.ceil(max(0.0, seconds)))
 
 
+def _reset(seconds: float) -> bytes:
+    """:func:`duration` encoded (its sub-second case written here, the common one)."""
+    ms = math.ceil(seconds * 1000 - 1e-6)
+    if 0 < ms < 1000:
+        return b"%dms" % ms
+    return duration(seconds).encode()
+
+
 @functools.lru_cache(maxsize=4)
 def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
@@ -107,14 +115,19 @@ def reservation(body: dict[str, Any], raw: bytes, default_completion: int) -> in
 
 class _Plan:
     """One request's buckets, and what each one is (kind, scope, limit) for the headers,
-    the 429 message and the settlement."""
+    the 429 message and the settlement. The stage makes one per key and model, once per
+    policy snapshot, and a copy of it per request with the token costs set
+    (:meth:`with_tokens`): only the buckets differ, the rest is shared and never changed."""
 
-    __slots__ = ("buckets", "kinds", "scopes")
+    __slots__ = ("_heads", "buckets", "kinds", "scopes", "token_at")
 
     def __init__(self) -> None:
         self.buckets: list[Bucket] = []
         self.kinds: list[str] = []
         self.scopes: list[str] = []
+        self.token_at: list[int] = []  # the token buckets' places in ``buckets``
+        #: Per kind that has buckets: its header names and its buckets' places.
+        self._heads: list[tuple[tuple[bytes, ...], tuple[bytes, ...], list[int]]] | None = None
 
     def add(self, name: str, scope: str, limits: Limits | KeyLimits, tokens: int) -> None:
         """The buckets of ``limits`` (requests, then tokens: those it limits)."""
@@ -126,9 +139,22 @@ class _Plan:
             self.scopes.append(scope)
         limit = limits.tokens_per_minute
         if limit:
+            self.token_at.append(len(self.buckets))
             self.buckets.append(Bucket(name + ":t", limit, min(limit, tokens)))
             self.kinds.append("tokens")
             self.scopes.append(scope)
+        self._heads = None
+
+    def with_tokens(self, tokens: int) -> _Plan:
+        """This plan for a request reserving ``tokens``: its token buckets' costs set."""
+        plan = _Plan.__new__(_Plan)
+        plan.kinds, plan.scopes, plan.token_at = self.kinds, self.scopes, self.token_at
+        plan._heads = self._heads_by_kind()
+        plan.buckets = buckets = self.buckets.copy()
+        for i in self.token_at:
+            b = buckets[i]
+            buckets[i] = Bucket(b.key, b.limit, min(b.limit, tokens))
+        return plan
 
     def headers(self, verdict: Verdict, anthropic: bool = False) -> Headers:
         """The ``x-ratelimit-*`` headers: per kind, the bucket with the least left; for an
@@ -137,21 +163,25 @@ class _Plan:
         (https://docs.anthropic.com/en/api/rate-limits)."""
         out: Headers = []
         remaining, reset_s = verdict.remaining, verdict.reset_s
-        for kind, names, anthropic_names in _HEADERS:
-            i = -1  # of this kind, the first with the least left, then the longest reset
-            for j, k in enumerate(self.kinds):
-                if k == kind and (i < 0 or (remaining[j], -reset_s[j])
-                                  < (remaining[i], -reset_s[i])):
+        for names, anthropic_names, at in self._heads_by_kind():
+            i = at[0]  # of this kind, the first with the least left, then the longest reset
+            for j in at[1:]:
+                if (remaining[j], -reset_s[j]) < (remaining[i], -reset_s[i]):
                     i = j
-            if i < 0:
-                continue
             limit, left = b"%d" % self.buckets[i].limit, b"%d" % remaining[i]
-            out += ((names[0], limit), (names[1], left),
-                    (names[2], duration(reset_s[i]).encode()))
+            out += ((names[0], limit), (names[1], left), (names[2], _reset(reset_s[i])))
             if anthropic:
                 out += ((anthropic_names[0], limit), (anthropic_names[1], left),
                         (anthropic_names[2], rfc3339_after(reset_s[i]).encode()))
         return out
+
+    def _heads_by_kind(self) -> list[tuple[tuple[bytes, ...], tuple[bytes, ...], list[int]]]:
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = [
+                (names, anthropic_names, at) for kind, names, anthropic_names in _HEADERS
+                if (at := [j for j, k in enumerate(self.kinds) if k == kind])]
+        return heads
 
     def refusal(self, verdict: Verdict, tokens: int) -> RateLimited:
         """The 429 for the bucket that keeps the request waiting longest."""
@@ -165,9 +195,9 @@ class _Plan:
 
     def settlement(self, used: int) -> list[Bucket]:
         """The token buckets' corrections to ``used`` tokens (none where nothing changes)."""
-        return [Bucket(b.key, b.limit, used - b.cost)
-                for b, kind in zip(self.buckets, self.kinds, strict=True)
-                if kind == "tokens" and used != b.cost]
+        buckets = self.buckets
+        return [Bucket(b.key, b.limit, used - b.cost) for i in self.token_at
+                if used != (b := buckets[i]).cost]
 
 
 def _key_bucket(key: str | None) -> tuple[str, str]:
@@ -218,19 +248,27 @@ class RateLimitStage:
     def __init__(self, policy: RateLimitPolicy, limiter: RateLimiter) -> None:
         self.policy = policy
         self.limiter = limiter
+        #: (key id, model) -> its plan with no tokens (made on first use; the stage lives as
+        #: long as its policy snapshot, and models are the configured ones).
+        self._plans: dict[tuple[str | None, str], _Plan] = {}
 
     def plan(self, ctx: RequestContext) -> tuple[_Plan, int]:
         """The request's buckets (none when no limit applies) and its token reservation."""
-        limits = self.policy.for_key(ctx.key_id)
-        plan = _Plan()
-        name, scope = _key_bucket(ctx.key_id)
         tokens = reservation(ctx.body, ctx.raw, self.policy.default_completion_tokens)
-        plan.add(name, scope, limits, tokens)
-        model = limits.models.get(ctx.model)
-        if model is not None:
-            plan.add(f"{name}:m:{ctx.model}", f"{scope} and model '{ctx.model}'", model,
-                     tokens)
-        return plan, tokens
+        shape = self._plans.get((ctx.key_id, ctx.model))
+        if shape is None:
+            shape = self._plans[ctx.key_id, ctx.model] = self._shape(ctx.key_id, ctx.model)
+        return shape.with_tokens(tokens), tokens
+
+    def _shape(self, key_id: str | None, model: str) -> _Plan:
+        limits = self.policy.for_key(key_id)
+        plan = _Plan()
+        name, scope = _key_bucket(key_id)
+        plan.add(name, scope, limits, 0)
+        own = limits.models.get(model)
+        if own is not None:
+            plan.add(f"{name}:m:{model}", f"{scope} and model '{model}'", own, 0)
+        return plan
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         plan, tokens = self.plan(ctx)
