@@ -57,8 +57,9 @@ async def read_body(receive: Receive, limit: int, declared: int | None = None) -
 
 
 def forward_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """Client headers safe to pass upstream: no hop-by-hop, no keys, no gateway controls."""
-    return [(k, v) for k, v in raw if k not in HOP_BY_HOP and not k.startswith(b"x-gateway-")]
+    """Client headers safe to pass upstream: no hop-by-hop, no keys, no gateway controls.
+    (A slice compared, not ``startswith``: on Python 3.11 it parses its arguments slowly.)"""
+    return [h for h in raw if h[0] not in HOP_BY_HOP and h[0][:10] != b"x-gateway-"]
 
 
 def forward_response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

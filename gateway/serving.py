@@ -149,8 +149,15 @@ class LeanCycle(RequestResponseCycle):
     """uvicorn's request-response cycle with a shorter ``send`` for the common cases (see
     the module's docstring); what it writes is what uvicorn's would, byte for byte."""
 
+    #: The head went out through :meth:`_start` (so no access log, no HEAD): the body's
+    #: writes take the short way while the transport takes them.
+    _lean = False
+
     async def send(self, message: Any) -> None:
-        if self.flow.write_paused or self.disconnected or self.access_log \
+        if self._lean and message["type"] == "http.response.body" and not (
+                self.response_complete or self.flow.write_paused or self.disconnected):
+            self._body(message.get("body", b""), message.get("more_body", False))
+        elif self.flow.write_paused or self.disconnected or self.access_log \
                 or self.scope["method"] == "HEAD":
             await super().send(message)
         elif not self.response_started:
@@ -164,7 +171,7 @@ class LeanCycle(RequestResponseCycle):
             self._body(message.get("body", b""), message.get("more_body", False))
 
     def _start(self, message: Any) -> None:
-        self.response_started = True
+        self.response_started = self._lean = True
         self.waiting_for_100_continue = False
         status = message["status"]
         headers = self.default_headers + list(message.get("headers", []))
