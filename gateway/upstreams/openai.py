@@ -8,6 +8,7 @@ httpx-aiohttp transport 2,412 req/s, aiohttp 7,219 req/s at concurrency 32.)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -21,13 +22,26 @@ __all__ = ["OpenAIUpstream"]
 
 class _Chunks:
     """A body as it arrives, one ``readany()`` a step, transport errors converted. (A class,
-    not an async generator around ``iter_any()``: one layer less on every streamed chunk.)"""
+    not an async generator around ``iter_any()``: one layer less on every streamed chunk.)
 
-    __slots__ = ("_content", "_name")
+    The read timeout (``timeout_s`` of silence) is watched here, not by aiohttp's
+    ``sock_read``, which cancels and makes a timer on every read from the socket (~6k
+    instructions, about two reads a streamed event): one timer for the body, moved only
+    when it fires. It fires ``timeout_s`` after the last chunk taken; the body has timed out
+    when nothing arrived since that chunk (bytes that arrived but wait to be taken are no
+    silence: aiohttp too stops its timer while the reader lags)."""
 
-    def __init__(self, content: aiohttp.StreamReader, name: str) -> None:
+    __slots__ = ("_content", "_last", "_loop", "_name", "_taken", "_timeout_s", "_timer")
+
+    def __init__(self, content: aiohttp.StreamReader, name: str, timeout_s: float) -> None:
         self._content = content
         self._name = name
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._taken = content.total_bytes
+        self._timer: asyncio.TimerHandle | None = self._loop.call_at(
+            self._last + timeout_s, self._check)
 
     def __aiter__(self) -> _Chunks:
         return self
@@ -40,21 +54,48 @@ class _Chunks:
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"upstream {self._name!r} broke off mid-response") from exc
         if not chunk:
+            self.stop()
             raise StopAsyncIteration
+        self._last = self._loop.time()
+        self._taken += len(chunk)
         return chunk
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if now < self._last + self._timeout_s:  # a chunk was taken since it was set
+            self._timer = self._loop.call_at(self._last + self._timeout_s, self._check)
+        elif self._content.total_bytes > self._taken:  # arrived, not taken yet: no silence
+            self._timer = self._loop.call_at(now + self._timeout_s, self._check)
+        else:
+            self._timer = None
+            self._content.set_exception(
+                aiohttp.ServerTimeoutError("Timeout on reading data from socket"))
+
+    def stop(self) -> None:
+        """The body is over (read to its end, or closed): no more watching."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class _AiohttpResponse(UpstreamResponse):
-    __slots__ = ("_name", "_resp", "headers", "status")
+    __slots__ = ("_chunks", "_name", "_resp", "_timeout_s", "headers", "status")
 
-    def __init__(self, resp: aiohttp.ClientResponse, name: str):
+    def __init__(self, resp: aiohttp.ClientResponse, name: str, timeout_s: float):
         self._resp = resp
         self._name = name
+        self._timeout_s = timeout_s
+        self._chunks: _Chunks | None = None
         self.status = resp.status
         self.headers = resp.raw_headers
 
     def iter_chunks(self) -> AsyncIterator[bytes]:
-        return _Chunks(self._resp.content, self._name)
+        # The body's read timeout is the chunks' from here on (see _Chunks).
+        connection = self._resp.connection
+        if connection is not None and connection.protocol is not None:
+            connection.protocol.read_timeout = None
+        self._chunks = _Chunks(self._resp.content, self._name, self._timeout_s)
+        return self._chunks
 
     async def read(self) -> bytes:
         try:
@@ -68,6 +109,8 @@ class _AiohttpResponse(UpstreamResponse):
         return self._resp.content.is_eof()
 
     def close(self) -> None:
+        if self._chunks is not None:
+            self._chunks.stop()
         # release() returns a finished connection to the pool; close() drops an unfinished
         # one, which is how the upstream learns the client is gone.
         if self._resp.content.is_eof():
@@ -138,7 +181,7 @@ class OpenAIUpstream(Upstream):
             raise UpstreamTimeout(f"upstream {self.name!r} did not answer in time") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"upstream {self.name!r} failed: {type(exc).__name__}") from exc
-        return _AiohttpResponse(resp, self.name)
+        return _AiohttpResponse(resp, self.name, self.config.read_timeout_ms / 1000)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -279,6 +279,24 @@ def test_upstream_dying_mid_stream_is_an_error_event_not_done(gw, fake):
     assert gw.logged()[0]["error_type"] == "upstream_error"
 
 
+@pytest.mark.parametrize("itl_ms", ["100", "1500"])
+def test_an_upstream_silent_mid_stream_past_its_read_timeout_is_an_error_event(gw, fake, itl_ms):
+    # "short" has read_timeout_ms = 300: events 100 ms apart flow, 1.5 s apart time out.
+    started = time.monotonic()
+    r = httpx.post(gw.v1 + "/chat/completions", timeout=10,
+                   headers={"x-fake-itl-ms": itl_ms, "x-fake-tokens": "4"},
+                   json={"model": "short-timeout", "messages": MESSAGES, "stream": True})
+    events = [e for e in r.content.split(b"\n\n") if e]
+    if itl_ms == "100":
+        assert events[-1] == b"data: [DONE]"
+        assert gw.logged()[0]["error_type"] is None
+    else:
+        last = orjson.loads(events[-1].removeprefix(b"data: "))
+        assert last["error"]["code"] == "upstream_timeout" and b"[DONE]" not in r.content
+        assert 0.3 <= time.monotonic() - started < 1.5
+        assert gw.logged()[0]["error_code"] == "upstream_timeout"
+
+
 def test_sdk_raises_on_mid_stream_failure(gw, fake):
     with client(gw) as c, pytest.raises(openai.APIError):
         for _ in c.chat.completions.create(model="fake-model", messages=MESSAGES, stream=True,
