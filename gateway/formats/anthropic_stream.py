@@ -68,11 +68,14 @@ class StreamObserver:
         block, self._buf = cut_events(self._buf + chunk if self._buf else chunk)
         if not block:
             return b""
-        # The bulk is content_block_delta events, never parsed: a block that names neither a
-        # message_* event nor an error is forwarded at once. (Text that merely contains those
-        # words costs a look at each event's name, still no JSON parse.)
-        # (find, not ``in``: on Python 3.11 ``bytes in bytes`` first fails to read its
-        # operand as an int, which costs more than the search.)
+        # The bulk is content_block_delta events, never parsed: one alone (its name line, one
+        # data line) names no other event, and a block that names neither a message_* event
+        # nor an error is forwarded at once. (Text that merely contains those words costs a
+        # look at each event's name, still no JSON parse.) (find, not ``in``: on Python 3.11
+        # ``bytes in bytes`` first fails to read its operand as an int, which costs more than
+        # the search.)
+        if block[:_DELTA_HEAD_LEN] == _DELTA_HEAD and 10 not in block[_DELTA_HEAD_LEN:-2]:
+            return block
         if block.find(b"message_") >= 0 or block.find(b"error") >= 0:
             self._observe(block)
         return block
@@ -269,6 +272,9 @@ class AnswerCollector:
 # what the observer notes: the stop reason and usage).
 _UNREAD = frozenset({"ping", "content_block_stop", "message_delta", "message_stop"})
 _UNREAD_NAMES = frozenset(name.encode() for name in _UNREAD)
+#: A content_block_delta event's name line.
+_DELTA_HEAD = b"event: content_block_delta\n"
+_DELTA_HEAD_LEN = len(_DELTA_HEAD)
 #: A text delta's data, up to its text (as Anthropic writes it).
 _DELTA = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":'
 _DELTA_LEN = len(_DELTA)

@@ -53,7 +53,10 @@ class StreamObserver:
         # with "finish_reason":null (as OpenAI, vLLM and SGLang send them): two counts tell,
         # and nothing else is scanned. Anything else (a finish, usage, an error, [DONE], a
         # comment, multi-line data, spaced JSON) gets the full look.
-        if 2 * block.count(b'"finish_reason":null') == block.count(10):
+        nulls = block.count(b'"finish_reason":null')
+        if nulls == 1 and 10 not in block[:-2]:  # one such event alone (as counted below)
+            return block
+        if 2 * nulls == block.count(10):
             return block
         return self._observe(block)
 
