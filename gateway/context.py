@@ -72,7 +72,8 @@ class RequestContext:
     ``/chat/completions``; Anthropic's Messages is kind ``chat`` on ``/v1/messages``, with
     ``api`` ANTHROPIC); ``raw``, the body as received, and ``body``, it parsed (the compress
     stage may replace both with a compressed request); ``headers`` (the client's, lower-case
-    names); ``key_id`` (the gateway key's id, or None); ``request_id``; ``stream``;
+    names) and ``header_first`` (name -> its first value: made once, so that a look for a
+    header most requests lack costs a dict lookup, not a pass over the headers); ``key_id`` (the gateway key's id, or None); ``request_id``; ``stream``;
     ``policy`` (the snapshot); ``record`` (the log line, written by the endpoint at the end
     and by stages for their own decisions; read by no stage); ``started`` (arrival,
     ``time.perf_counter()`` seconds); ``model``, the public model (aliases resolved) or
@@ -103,6 +104,7 @@ class RequestContext:
     raw: bytes
     body: dict[str, Any]
     headers: Headers
+    header_first: dict[bytes, bytes]
     key_id: str | None
     request_id: str
     stream: bool

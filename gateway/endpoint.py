@@ -67,7 +67,9 @@ class ModelEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw = self.gw
         headers: Headers = scope["headers"]
-        rec = RequestRecord(request_id_of(headers, gw.request_ids), self.route)
+        first = dict(reversed(headers))  # each name's first value (ctx.header_first)
+        rec = RequestRecord(request_id_of(headers, gw.request_ids)
+                            if b"x-request-id" in first else gw.request_ids(), self.route)
         api = self.api
         if api is not OPENAI:
             rec.api = api.name
@@ -85,7 +87,7 @@ class ModelEndpoint:
                 raise drain.error()
             rec.key_id = gw.auth.check(headers)
             raw = await read_body(receive, gw.config.server.max_body_bytes,
-                                  _content_length(headers))
+                                  _content_length(first.get(b"content-length")))
             body = api.parse_request(raw, self.kind)
             runtime = gw.runtime  # the policy snapshot and its pipeline, taken once
             rec.policy_version = runtime.policy.version
@@ -95,7 +97,7 @@ class ModelEndpoint:
             if route is None and model not in runtime.pipeline.aliases:
                 raise model_not_found(model)
             name = model if route is None else route.name
-            ctx = RequestContext(self.kind, self.path, raw, body, headers, rec.key_id,
+            ctx = RequestContext(self.kind, self.path, raw, body, headers, first, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
             with gw.watches.watch(receive, task) as watch:
@@ -347,11 +349,11 @@ def _first_event(ctx: RequestContext) -> None:
         ctx.ttft_ms = round((time.perf_counter() - ctx.started) * 1000, 3)
 
 
-def _content_length(headers: Headers) -> int | None:
-    for k, v in headers:
-        if k == b"content-length":
-            try:
-                return int(v)
-            except ValueError:
-                return None
-    return None
+def _content_length(value: bytes | None) -> int | None:
+    """The first ``content-length`` header's value read, if any and readable."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -198,11 +198,11 @@ class ResponseCache:
             result._took()
 
     async def _exact(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
-        data = ctx.chat
-        directives = cache_directives(ctx.headers)
+        data, headers, first = ctx.chat, ctx.headers, ctx.header_first
+        directives = cache_directives(headers, first)
         if ineligible_reason(data, policy.max_temperature) is not None:
             return
-        key = result.key = cache_key(data, namespace_of(ctx.headers, ctx.key_id), ctx.model,
+        key = result.key = cache_key(data, namespace_of(headers, ctx.key_id, first), ctx.model,
                                      ctx.semantic_query)
         limit = data.get("max_completion_tokens", data.get("max_tokens"))
         result.max_tokens = limit if isinstance(limit, int) else None

@@ -20,7 +20,7 @@ Pure functions over a parsed chat completions request.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 import orjson
@@ -130,19 +130,28 @@ def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | Non
     return None
 
 
-def cache_directives(headers: Iterable[tuple[bytes, bytes]]) -> set[str]:
-    """The request's ``Cache-Control`` directives, lower-cased."""
+def cache_directives(headers: Iterable[tuple[bytes, bytes]],
+                     first: Container[bytes] | None = None) -> set[str]:
+    """The request's ``Cache-Control`` directives, lower-cased. ``first``: the header names
+    present (the request's :attr:`~gateway.context.RequestContext.header_first`), if known:
+    the headers are read only when the name is there."""
     out: set[str] = set()
+    if first is not None and b"cache-control" not in first:
+        return out
     for k, v in headers:
         if k == b"cache-control":
             out.update(d.strip().lower() for d in v.decode("latin-1").split(","))
     return out
 
 
-def namespace_of(headers: Iterable[tuple[bytes, bytes]], key_id: str | None) -> str:
+def namespace_of(headers: Iterable[tuple[bytes, bytes]], key_id: str | None,
+                 first: Container[bytes] | None = None) -> str:
     """The key's namespace (``default`` without keys), narrowed by ``x-gateway-cache-
-    namespace``; a client can never reach another key's entries through the header."""
+    namespace``; a client can never reach another key's entries through the header.
+    ``first``: as for :func:`cache_directives`."""
     base = key_id or "default"
+    if first is not None and b"x-gateway-cache-namespace" not in first:
+        return base
     for k, v in headers:
         if k == b"x-gateway-cache-namespace" and 0 < len(v) <= 128:
             return f"{base}/{v.decode('latin-1')}"

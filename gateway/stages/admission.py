@@ -28,11 +28,11 @@ shed request goes back to it first. Slots and counts are held until the reply's 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 from gateway.concurrency import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
-from gateway.context import Headers, Next, Outcome, Reply, RequestContext, Ticket
+from gateway.context import Next, Outcome, Reply, RequestContext, Ticket
 from gateway.errors import InvalidRequest
 from gateway.metrics import Metrics
 
@@ -56,7 +56,8 @@ def build(limits: EntryLimits, model_limiters: ModelLimiters, metrics: Metrics,
     return AdmissionStage(limits, model_limiters, metrics, models)
 
 
-def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Headers, size: int) -> Ticket:
+def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Iterable[tuple[bytes, bytes]],
+           size: int) -> Ticket:
     """Priority from the key (``key_priority``), else the ``x-gateway-priority`` header,
     else normal; a body over ``long_prompt_bytes`` goes to the long-prompt lane."""
     priority = policy.key_priority.get(key_id, "") if key_id else ""
@@ -101,9 +102,12 @@ class AdmissionStage:
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         policy = ctx.policy.admission
-        if policy.enabled:
-            ctx.ticket = ticket(policy, ctx.key_id, ctx.headers, len(ctx.raw))
-            ctx.slo_ms = slo_ms(ctx.headers)
+        if policy.enabled:  # (the headers read only when they name a priority, an SLO)
+            first = ctx.header_first
+            ctx.ticket = ticket(policy, ctx.key_id, ctx.headers if b"x-gateway-priority" in
+                                first else (), len(ctx.raw))
+            if b"x-gateway-ttft-slo-ms" in first:
+                ctx.slo_ms = slo_ms(ctx.headers)
         try:
             return await self._admit(ctx, call_next)
         except Shed as exc:
