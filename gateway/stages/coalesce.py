@@ -22,7 +22,7 @@ import hashlib
 
 import orjson
 
-from gateway.cache.cache import namespace_of
+from gateway.cache.keys import namespace_of
 from gateway.coalesce.flight import Flights
 from gateway.coalesce.policy import CoalescePolicy
 from gateway.context import Next, Reply, RequestContext
