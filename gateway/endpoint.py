@@ -15,6 +15,7 @@ filled from the context once, at the end (:func:`_fill`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -187,24 +188,33 @@ class _Sending:
         """The pipeline's reply to a stream request; meanwhile, when ``every_s`` > 0 and
         nothing comes for that long, the stream's headers and then an SSE comment every
         ``every_s``, so that proxies and load balancers that cut idle connections keep this
-        one through a long prefill or queue (the reply, or an error, follows as events)."""
+        one through a long prefill or queue (the reply, or an error, follows as events).
+        A timer, not a task: a reply that comes in time (nearly all) costs one timer."""
         if not every_s:
             return await pipeline
-        task = asyncio.ensure_future(pipeline)
+        loop = asyncio.get_running_loop()
+        beats: list[asyncio.Task[None]] = []
+        timer = loop.call_later(every_s, lambda: beats.append(
+            loop.create_task(self._beat(every_s))))
         try:
-            while True:
-                done, _ = await asyncio.wait((task,), timeout=every_s)
-                if done:
-                    return task.result()
-                if not self.started:
-                    self.streaming = True
-                    self.rec.status = 200
-                    await self._start(200, _SSE_HEADERS)
-                await self.send({"type": "http.response.body", "body": b": keepalive\n\n",
-                                 "more_body": True})
-        except BaseException:
-            task.cancel()
-            raise
+            return await pipeline
+        finally:
+            timer.cancel()
+            for beat in beats:  # stopped between two comments (or in one: already written)
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+
+    async def _beat(self, every_s: float) -> None:
+        """The headers (once), then a comment every ``every_s`` until cancelled."""
+        while True:
+            if not self.started:
+                self.streaming = True
+                self.rec.status = 200
+                await self._start(200, _SSE_HEADERS)
+            await self.send({"type": "http.response.body", "body": b": keepalive\n\n",
+                             "more_body": True})
+            await asyncio.sleep(every_s)
 
     async def whole(self, reply: Reply, ctx: RequestContext) -> None:
         """Send a complete reply (JSON, or a whole SSE stream)."""
