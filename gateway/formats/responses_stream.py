@@ -47,12 +47,15 @@ def _usage(obj: dict[str, Any]) -> dict[str, Any] | None:
 _NOTED = re.compile(rb"response\.(?:completed|incomplete|failed)|error")
 _FINAL = re.compile(rb"response\.(?:completed|incomplete)")
 _COMPLETED = re.compile(rb"response\.completed")
+_DELTA = b"event: response.output_text.delta\n"
 
 
 def events_with(block: bytes, markers: re.Pattern[bytes]) -> list[tuple[str | None, bytes]]:
     """The events of a block of whole SSE events in which ``markers`` is found (their type
     is in the ``event:`` line and the data), parsed; the others (text deltas, the bulk of a
     stream) are not."""
+    if block.startswith(_DELTA) and block.find(b"\n\n") == len(block) - 2:
+        return []  # one text delta alone, as most blocks are: never an end
     if markers.search(block) is None:
         return []
     return [parse_event(raw) for raw in block.replace(b"\r\n", b"\n").split(b"\n\n")
