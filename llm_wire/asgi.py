@@ -115,9 +115,8 @@ class DisconnectWatches:
     short request): one sweep every ``grace_s / 2`` while requests are in flight starts the
     watcher of each request that has already been through a full sweep interval, so a
     request's watcher starts ``grace_s / 2`` to ``grace_s`` after it began (never later than
-    DisconnectWatch's). Requests that end sooner pay two set operations; a request that will
-    last (a stream) may start its watcher at once (``now()``). Use from the event loop's
-    thread only.
+    DisconnectWatch's). Requests that end sooner pay two set operations. Use from the event
+    loop's thread only.
     """
 
     __slots__ = ("_aging", "_interval_s", "_loop", "_timer", "_young")
@@ -163,16 +162,6 @@ class _SweptWatch(_Watch):
 
     def __enter__(self) -> Self:
         return self
-
-    def now(self) -> None:
-        """Watch from now on, not from the next sweep: for a request that will last (a
-        stream), whose client may leave within the grace period and must be noticed at
-        once."""
-        if self.watcher is None:
-            owner = self._owner
-            owner._young.discard(self)
-            owner._aging.discard(self)
-            self.start()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
