@@ -41,6 +41,7 @@ import structlog
 from gateway.context import Outcome, Reply, RequestContext, UpstreamState
 from gateway.errors import InvalidRequest
 from gateway.formats.responses_stream import final_response
+from gateway.formats.translator import load_object
 from gateway.response_store.records import MemoryRecords, Records, StoreUnavailable
 from gateway.upstreams.base import Upstream
 
@@ -171,7 +172,7 @@ class ResponseStore:
         elif reply.sse:  # a whole stream made by the gateway (a cache hit)
             turn.response = final_response(reply.body)
         else:
-            turn.response = reply.json if isinstance(reply.json, dict) else _object(reply.body)
+            turn.response = reply.json if isinstance(reply.json, dict) else load_object(reply.body)
         native = ctx.upstream if ctx.record.cache != "hit" else None
 
         def closed(outcome: Outcome) -> None:
@@ -213,10 +214,3 @@ class ResponseStore:
 def _output_items(response: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for item in response.get("output") or [] if isinstance(item, dict)]
 
-
-def _object(data: bytes) -> dict[str, Any] | None:
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None

@@ -106,28 +106,6 @@ def test_a_function_tool_round_trip(gw: GatewayServer, fake: FakeUpstream) -> No
 
 # -- served by an Anthropic upstream: Responses -> chat -> Messages, and back ----------------
 
-ANTHROPIC_KEY_ENV = "GATEWAY_TEST_RESPONSES_ANTHROPIC_KEY"
-
-
-@pytest.fixture
-def with_claude(make_gateway: Callable[..., GatewayServer],
-                claude_server: tuple[FakeAnthropic, str],
-                monkeypatch: pytest.MonkeyPatch) -> tuple[GatewayServer, FakeAnthropic]:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
-    gw = make_gateway(f"""
-[upstreams.claude]
-type = "anthropic"
-base_url = "{url}"
-api_key_env = "{ANTHROPIC_KEY_ENV}"
-
-[models.claude]
-targets = [{{ upstream = "claude", model = "claude-upstream" }}]
-""")
-    return gw, app
-
-
 def test_an_anthropic_upstream_serves_a_response(
         with_claude: tuple[GatewayServer, FakeAnthropic]) -> None:
     gw, claude = with_claude

@@ -136,20 +136,8 @@ def test_one_key_never_reads_another_keys_responses(
 
 
 def test_an_anthropic_upstream_continues_a_conversation(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GATEWAY_TEST_STATE_ANTHROPIC_KEY", "sk-ant-upstream")
-    claude, url = claude_server
-    claude.clear()
-    gw = make_gateway(f"""
-[upstreams.claude]
-type = "anthropic"
-base_url = "{url}"
-api_key_env = "GATEWAY_TEST_STATE_ANTHROPIC_KEY"
-
-[models.claude]
-targets = [{{ upstream = "claude", model = "claude-upstream" }}]
-""")
+        with_claude: tuple[GatewayServer, FakeAnthropic]) -> None:
+    gw, claude = with_claude
     with sdk(gw) as client:
         one = client.responses.create(model="claude", input="Hello.")
         two = client.responses.create(model="claude", input="Again.",
@@ -200,26 +188,14 @@ def test_memory_records_expire_and_stay_within_their_bytes() -> None:
 
 
 def test_an_anthropic_upstream_parses_json_schema_and_round_trips_a_tool(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        with_claude: tuple[GatewayServer, FakeAnthropic]) -> None:
     from pydantic import BaseModel
 
     class Weather(BaseModel):
         city: str
         celsius: int
 
-    monkeypatch.setenv("GATEWAY_TEST_STATE_ANTHROPIC_KEY", "sk-ant-upstream")
-    claude, url = claude_server
-    claude.clear()
-    gw = make_gateway(f"""
-[upstreams.claude]
-type = "anthropic"
-base_url = "{url}"
-api_key_env = "GATEWAY_TEST_STATE_ANTHROPIC_KEY"
-
-[models.claude]
-targets = [{{ upstream = "claude", model = "claude-upstream" }}]
-""")
+    gw, claude = with_claude
     tools: Any = [{"type": "function", "name": "weather", "strict": False,
                    "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}]
     with sdk(gw) as client:
