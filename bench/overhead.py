@@ -41,6 +41,11 @@ default asks), against the gateway's ``/v1/chat/completions`` on the same fake w
 conversation, the two and direct (the fake's chat endpoint) in the same interleaved rounds
 (``responses_*`` results: ``chat`` and ``responses`` over ``direct``):
 
+And ``native`` (by default too): /v1/responses to a ``native_responses`` upstream (the
+fake's own Responses API, nothing translated), direct, through the floor and through the
+gateway like chat, held to chat's figures over the floor (``bench/overhead_checks.py``'s
+``native_checks``).
+
 - c=1, unary and stream: its added p50 <= chat's + 0.1 ms;
 - c=32, unary and stream: its throughput >= 0.95 x chat's (pooled: direct cancels).
 
@@ -103,11 +108,15 @@ BODIES = {
     # The same conversation as "openai"'s, as a Responses request.
     "responses": {"model": "bench-model", "instructions": SYSTEM, "input": QUESTION,
                   "max_output_tokens": 64},
+    # ... to a native_responses upstream (the fake's own /v1/responses), over its floor
+    "native": {"model": "bench-native", "instructions": SYSTEM, "input": QUESTION,
+               "max_output_tokens": 64},
 }
 PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages",
-         "responses": "/v1/responses"}
+         "responses": "/v1/responses", "native": "/v1/responses"}
 #: Results are named f"{PREFIX[api]}{mode}_c{concurrency}".
-PREFIX = {"openai": "", "anthropic": "messages_", "responses": "responses_"}
+PREFIX = {"openai": "", "anthropic": "messages_", "responses": "responses_",
+          "native": "native_"}
 #: The gateway's config for the Anthropic side (the key is only checked for presence).
 ANTHROPIC_CONFIG = """
 [upstreams.claude]
@@ -116,12 +125,19 @@ base_url = "http://127.0.0.1:{port}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]
 targets = [{{ upstream = "claude", model = "claude-bench" }}]
+[upstreams.native]
+type = "openai"
+base_url = "http://127.0.0.1:{fake}/v1"
+native_responses = true
+[models."bench-native"]
+targets = [{{ upstream = "native", model = "fake-model" }}]
 """
 #: Who each API's measurement runs in its rounds, direct (the fake itself) first, and
 #: which API's body each is sent.
 TARGETS = {"openai": {"direct": "openai", "floor": "openai", "gateway": "openai"},
            "anthropic": {"direct": "anthropic", "floor": "anthropic", "gateway": "anthropic"},
-           "responses": {"direct": "openai", "chat": "openai", "responses": "responses"}}
+           "responses": {"direct": "openai", "chat": "openai", "responses": "responses"},
+           "native": {"direct": "native", "floor": "native", "gateway": "native"}}
 
 
 class Load:
@@ -253,7 +269,7 @@ def steering(args: argparse.Namespace) -> dict[str, str]:
 async def bench(args: argparse.Namespace, urls: dict[str, dict[str, str]]
                 ) -> dict[str, Any]:
     headers = steering(args)
-    api_headers = {"openai": headers, "responses": headers, "anthropic": {
+    api_headers = {"openai": headers, "responses": headers, "native": headers, "anthropic": {
         **headers, "x-api-key": "bench", "anthropic-version": "2023-06-01"}}
     results: dict[str, Any] = {}
     connector = aiohttp.TCPConnector(limit=0)
@@ -282,7 +298,7 @@ def main() -> int:
                         help="gap between streamed chunks (default 0; --instructions: "
                              f"{instructions.ITL_MS}, so each chunk is its own read)")
     parser.add_argument("--apis", nargs="+", choices=tuple(PATHS),
-                        default=["openai", "anthropic", "responses"])
+                        default=["openai", "anthropic", "responses", "native"])
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions per request instead (callgrind)")
     parser.add_argument("--instructions-requests", type=int, default=200,
@@ -312,9 +328,11 @@ def main() -> int:
             procs.append(start_floor(anth_floor_port, anth_port))
             os.environ["BENCH_ANTHROPIC_KEY"] = "bench"
             procs.append(start_gateway(gw_port, fake_port, Path(tmp), 'version = "bench"\n',
-                                       config_extra=ANTHROPIC_CONFIG.format(port=anth_port)))
+                                       config_extra=ANTHROPIC_CONFIG.format(port=anth_port,
+                                                                           fake=fake_port)))
             ports = {"openai": (fake_port, floor_port, gw_port),
-                     "anthropic": (anth_port, anth_floor_port, gw_port)}
+                     "anthropic": (anth_port, anth_floor_port, gw_port),
+                     "native": (fake_port, floor_port, gw_port)}
             urls = {api: {t: f"http://127.0.0.1:{port}{PATHS[api]}"
                           for t, port in zip(TARGETS[api], ports[api])} for api in ports}
             # /v1/responses beside /v1/chat/completions, on the same gateway and fake

@@ -58,7 +58,31 @@ def acceptance(results: dict[str, Any]) -> dict[str, Any]:
                 "messages_over_floor": m, "chat_over_floor": c,
                 "min_over_floor": round(0.95 * c, 3), "holds": m >= 0.95 * c}
     checks.update(responses_checks(results))
+    checks.update(native_checks(results))
     checks["all_hold"] = all(c["holds"] for c in checks.values())
+    return checks
+
+
+def native_checks(results: dict[str, Any]) -> dict[str, Any]:
+    """Issue 30's, for /v1/responses to a ``native_responses`` upstream (nothing translated),
+    over its own floor in front of the fake's /v1/responses: c=1 excess within 0.1 ms of
+    chat's, c=32 throughput over the floor at least 0.95 of chat's."""
+    checks: dict[str, Any] = {}
+    for mode in MODES:
+        chat, native = results.get(f"{mode}_c1"), results.get(f"native_{mode}_c1")
+        if chat and native:
+            c, n = (round(r["gateway"]["added_p50_ms_median"]
+                          - r["floor"]["added_p50_ms_median"], 3) for r in (chat, native))
+            checks[f"native_{mode}_c1_excess_vs_chat"] = {
+                "native_excess_ms": n, "chat_excess_ms": c, "max_ms": round(c + 0.1, 3),
+                "holds": n <= c + 0.1}
+        chat, native = results.get(f"{mode}_c32"), results.get(f"native_{mode}_c32")
+        if chat and native:
+            c, n = (round(r["gateway"]["throughput_ratio"]
+                          / r["floor"]["throughput_ratio"], 3) for r in (chat, native))
+            checks[f"native_{mode}_c32_throughput_vs_chat"] = {
+                "native_over_floor": n, "chat_over_floor": c,
+                "min_over_floor": round(0.95 * c, 3), "holds": n >= 0.95 * c}
     return checks
 
 
@@ -121,6 +145,15 @@ def summary_line(results: dict[str, Any], checks: dict[str, Any]) -> str:
             parts.append(f"c32 {mode} /v1/responses throughput/direct "
                          f"{c['responses_over_direct']} vs chat {c['chat_over_direct']} "
                          f"({c['responses_over_chat']} >= 0.95: {yn(c)})")
+    for mode in MODES:
+        if c := checks.get(f"native_{mode}_c1_excess_vs_chat"):
+            parts.append(f"c1 {mode} /v1/responses native excess over floor "
+                         f"{c['native_excess_ms']} vs chat {c['chat_excess_ms']} ms "
+                         f"(<= {c['max_ms']}: {yn(c)})")
+        if c := checks.get(f"native_{mode}_c32_throughput_vs_chat"):
+            parts.append(f"c32 {mode} /v1/responses native throughput/floor "
+                         f"{c['native_over_floor']} vs chat {c['chat_over_floor']} "
+                         f"(>= {c['min_over_floor']}: {yn(c)})")
     errors: dict[str, int] = {}
     for row in results.values():
         for target, summary in row.items():
