@@ -41,13 +41,13 @@ default asks), against the gateway's ``/v1/chat/completions`` on the same fake w
 conversation, the two and direct (the fake's chat endpoint) in the same interleaved rounds
 (``responses_*`` results: ``chat`` and ``responses`` over ``direct``):
 
+- c=1, unary and stream: its added p50 <= chat's + 0.1 ms;
+- c=32, unary and stream: its throughput >= 0.95 x chat's (pooled: direct cancels).
+
 And ``native`` (by default too): /v1/responses to a ``native_responses`` upstream (the
 fake's own Responses API, nothing translated), direct, through the floor and through the
 gateway like chat, held to chat's figures over the floor (``bench/overhead_checks.py``'s
 ``native_checks``).
-
-- c=1, unary and stream: its added p50 <= chat's + 0.1 ms;
-- c=32, unary and stream: its throughput >= 0.95 x chat's (pooled: direct cancels).
 
 The checks and the summary line are computed in ``overhead_checks.py``.
 
