@@ -32,7 +32,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -65,7 +65,7 @@ class Turn:
     items: list[dict[str, Any]]
     previous: str | None
     store: bool
-    response: dict[str, Any] | None = field(default=None)
+    response: dict[str, Any] | None = None
 
 
 def _normal(item: dict[str, Any]) -> dict[str, Any]:
@@ -135,9 +135,11 @@ class ResponseStore:
         neither the store nor any of the model's upstreams can know, StoreUnavailable (503)
         when the store does not answer."""
         body = ctx.body
-        own = input_items(body)
         previous = body.get("previous_response_id")
-        turn = Turn(self.key(ctx.key_id, ""), own, previous, body.get("store") is not False)
+        store = body.get("store") is not False
+        # the input as stored items (an id each): only for a response kept or a chain
+        own = input_items(body) if store or previous is not None else []
+        turn = Turn(self.key(ctx.key_id, ""), own, previous, store)
         if previous is None:
             return turn
         record = await self.record(ctx.key_id, previous)
