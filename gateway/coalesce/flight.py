@@ -74,7 +74,7 @@ class Flight:
         self.leader = leader
         self.clients = 0
         self.pieces: list[bytes] = []  # a stream's bytes read so far
-        self.ended = False  # the stream's last byte was read
+        self.ended = False  # no more pieces will come (read to the end, broken or cancelled)
         self.error: UpstreamError | None = None  # the stream broke
         self.delivered = False
         self._arrived = asyncio.Event()  # set (and replaced) when a piece arrives
@@ -111,10 +111,10 @@ class Flight:
             async for piece in reply.stream.chunks:
                 self.pieces.append(piece)
                 self._wake()
-            self.ended = True
         except UpstreamError as exc:
             self.error = exc
         finally:
+            self.ended = True
             self._land()
             self._wake()
 
@@ -182,7 +182,7 @@ class _View:
                 yield flight.pieces[self._next - 1]
             elif flight.error is not None:
                 raise flight.error
-            elif flight.ended or (flight._pump is not None and flight._pump.done()):
+            elif flight.ended:
                 return
             else:
                 await flight.more()
