@@ -71,6 +71,9 @@ class EngineServer:
     capacity: int | None = None
     #: The chat model's compute dtype ("float32", "bfloat16"), for /healthz.
     dtype: str | None = None
+    #: ms per prompt token and per output token with the batch full (Calibration.rates),
+    #: for /healthz: the gateway predicts service times from them. None: not probed.
+    rates: dict[str, float] | None = None
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -177,7 +180,7 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
 
     async def healthz(request: Request) -> Response:
         return Response(orjson.dumps({"status": "ok", "capacity": server.capacity,
-                                      "dtype": server.dtype}),
+                                      "dtype": server.dtype, "rates": server.rates}),
                         media_type="application/json")
 
     @contextlib.asynccontextmanager
@@ -251,14 +254,15 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     weight = next(loaded.model.parameters())
     compute = str(weight.dtype).removeprefix("torch.")
     log.info("engine_capacity", max_num_seqs=config.max_num_seqs, capacity=calibration.batch,
-             decode_step_ms=calibration.step_ms, device=weight.device.type, dtype=compute)
+             decode_step_ms=calibration.step_ms, rates=calibration.rates(),
+             device=weight.device.type, dtype=compute)
     embedder = Embedder.load() if embeddings else None
     metrics = EngineMetrics(engine)
     async_engine = AsyncEngine(engine, embedder, metrics).start()
     server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
                           EMBEDDING_MODEL if embedder else None,
                           embedder.count_tokens if embedder else None, default_max_tokens,
-                          calibration.batch, compute)
+                          calibration.batch, compute, calibration.rates())
     return server, metrics
 
 

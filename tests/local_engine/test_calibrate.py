@@ -21,6 +21,7 @@ def given(step_ms: dict[int, float], monkeypatch: pytest.MonkeyPatch) -> list[in
         probed.append(batch)
         return step_ms[batch]
     monkeypatch.setattr(calibrate, "decode_step_ms", fake)
+    monkeypatch.setattr(calibrate, "prefill_ms_per_token", lambda engine, rng: 0.5)
     return probed
 
 
@@ -44,6 +45,14 @@ def test_the_largest_batch_within_the_slowdown(slowdown: float, batch: int,
     assert probed == [1, 16, 32, 1, 16, 32]  # twice, the fastest kept
 
 
+def test_the_rates_are_the_prefill_and_the_decode_step_at_the_batch_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    given({1: 50.0, 16: 80.0, 32: 120.0}, monkeypatch)
+    found = latency_bounded_batch(idle(32), 2.0)  # 24: 80 + (120 - 80) * 8 / 16 ms a step
+    assert found.rates() == {"prefill_ms_per_token": 0.5, "decode_ms_per_token": 100.0}
+    assert latency_bounded_batch(idle(32), 0).rates() is None  # not probed
+
+
 def test_a_gpu_like_flat_step_fills_every_seat(monkeypatch: pytest.MonkeyPatch) -> None:
     given({1: 5.0, 64: 5.1, 128: 5.3}, monkeypatch)
     assert latency_bounded_batch(idle(128), 1.5).batch == 128
@@ -63,6 +72,8 @@ def test_the_probe_leaves_the_engine_idle_and_its_counters_clean(
     found = latency_bounded_batch(engine, 1.5)
     assert 1 <= found.batch <= 8 and set(found.step_ms) == {1, 4, 8}
     assert all(ms > 0 for ms in found.step_ms.values())
+    rates = found.rates()
+    assert rates is not None and rates["prefill_ms_per_token"] > 0
     assert not engine.has_work()
     assert (engine.decodes, engine.decode_tokens) == (0, 0)
     assert (engine.blocks.hits, engine.blocks.lookups) == (0, 0)  # prefix-cache figures
