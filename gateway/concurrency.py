@@ -20,8 +20,12 @@ and gateway-wide, checked on arrival) and :class:`ModelLimiters` (a public model
 An upstream that knows its capacity (the local engine: the batch it measured worth running at
 once, local_engine.calibrate; more only wait inside it, out of the gateway's reach) is
 admitted to match it by
-default (:meth:`AdmissionPolicy.for_capacity`): an adaptive limit capped at its capacity
-and no queue, so a flood is shed at once, labelled, instead of waiting past client timeouts.
+default (:meth:`AdmissionPolicy.for_capacity`): an adaptive limit capped at its capacity.
+Beyond it, a request waits only while its predicted wait for a seat stays within
+``queue_slowdown`` times its own predicted service time, both from the engine's measured
+rates (:mod:`gateway.service_time`): a few long conversations just past the seats wait a
+turn, while a flood of short requests is shed at once, labelled (``queue_full``), instead of
+waiting past client timeouts. Without measured rates, nothing waits.
 
 The limit is static, or adaptive by AIMD as in Netflix's concurrency-limits (AIMDLimit):
 +1 per sample while the limit is in use, x ``backoff`` on an error, a timeout, or latency
@@ -41,6 +45,7 @@ from typing import Literal
 
 from gateway.errors import Overloaded, TenantLimited
 from gateway.schema import bounded
+from gateway.service_time import ServiceRates, Work, predicted_wait_ms
 
 __all__ = ["AdmissionPolicy", "EntryLimits", "Limiter", "ModelLimiters", "Shed", "Slot"]
 
@@ -77,14 +82,23 @@ class AdmissionPolicy:
     #: match it: an AIMD limit that starts at and never exceeds the capacity, and no queue
     #: (a request beyond it is shed at once, since the engine would only queue it).
     capacity_aware: bool = True
+    #: Where the upstream reports its rates (the local engine), a request beyond its
+    #: capacity waits while its predicted wait is at most this times its own predicted
+    #: service time (a bounded slowdown); 0: never waits. 1.5: eight MT-Bench conversations
+    #: (256 tokens) a few past the seats wait about one service time and are served; short
+    #: requests of a flood, a queue several times the seats deep ahead, are shed.
+    queue_slowdown: float = bounded(1.5, ge=0)
 
-    def for_capacity(self, capacity: int | None) -> AdmissionPolicy:
-        """The policy an upstream of this ``capacity`` (None: unknown) is admitted under."""
+    def for_capacity(self, capacity: int | None,
+                     rates: ServiceRates | None = None) -> AdmissionPolicy:
+        """The policy an upstream of this ``capacity`` (None: unknown) is admitted under;
+        with its measured ``rates``, requests may wait (``queue_slowdown``)."""
         if capacity is None or not self.capacity_aware:
             return self
         limit = max(self.min_concurrency, capacity)
+        queue = self.max_queue if rates is not None and self.queue_slowdown else 0
         return dataclasses.replace(self, limiter="aimd", max_concurrency=limit,
-                                   max_limit=limit, max_queue=0)
+                                   max_limit=limit, max_queue=queue)
 
 
 class Shed(Exception):
@@ -109,25 +123,31 @@ class Shed(Exception):
 class Slot:
     """One admitted request's hold on its upstream; ``release`` exactly once."""
 
-    __slots__ = ("_limiter", "_long", "_started", "released", "waited_ms")
+    __slots__ = ("_limiter", "_long", "predicted_ms", "released", "started", "waited_ms")
 
-    def __init__(self, limiter: Limiter, long: bool, waited_ms: float):
+    def __init__(self, limiter: Limiter, long: bool, waited_ms: float,
+                 predicted_ms: float | None = None):
         self._limiter = limiter
         self._long = long
-        self._started = time.perf_counter()
+        self.started = time.perf_counter()
         self.released = False
         self.waited_ms = waited_ms
+        self.predicted_ms = predicted_ms  # its service time, when predicted (ms)
+        if limiter.rates is not None:
+            limiter.running.add(self)
 
     def sample(self, ok: bool, latency_ms: float | None = None) -> None:
         """Feed the outcome to the adaptive limit (latency defaults to time since admission)."""
         if latency_ms is None:
-            latency_ms = (time.perf_counter() - self._started) * 1000
+            latency_ms = (time.perf_counter() - self.started) * 1000
         self._limiter.on_sample(ok, latency_ms)
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._limiter.on_release(self._long, (time.perf_counter() - self._started) * 1000)
+            if self._limiter.running:
+                self._limiter.ended(self, time.perf_counter())
+            self._limiter.on_release(self._long, (time.perf_counter() - self.started) * 1000)
 
 
 class Limiter:
@@ -144,6 +164,15 @@ class Limiter:
         self._seq = itertools.count()
         self._vtime = 0.0  # the virtual start of the last waiter admitted
         self._finish: dict[str | None, float] = {}  # per tenant: its last waiter's finish
+        #: The upstream's measured rates (gateway.service_time), when it reports them; then
+        #: the slots held (``running``) and the waiters' service times are kept, to predict.
+        self.rates: ServiceRates | None = None
+        self.running: set[Slot] = set()
+        #: Slots' hold time over their predicted service time (EWMA): what predictions are
+        #: multiplied by, since the engine under load, the gateway's own work, and answers
+        #: ending before max_tokens all move the rates measured at start-up.
+        self.scale = 1.0
+        self._queued_ms: dict[asyncio.Future[None], float] = {}
 
     @property
     def queue_depth(self) -> int:
@@ -162,43 +191,60 @@ class Limiter:
         if long:
             self.long_in_flight += 1
 
-    def try_acquire(self, long: bool = False) -> Slot | None:
+    def try_acquire(self, long: bool = False, work: Work | None = None) -> Slot | None:
         """A slot now, if one is free and no waiter could take it; else None (then
-        :meth:`acquire`, which queues). Without a coroutine: most requests find a slot."""
+        :meth:`acquire`, which queues). Without a coroutine: most requests find a slot.
+        ``work``: its service time is predicted, for the waits of those after it."""
         if self._queue:
             self._wake()  # after it, a free slot means no waiter could take it
         if self._can_run(long):
             self._take(long)
-            return Slot(self, long, 0.0)
+            rates = self.rates
+            return Slot(self, long, 0.0, None if rates is None or work is None
+                        else rates.service_ms(work))
         return None
 
     async def acquire(self, priority: str = "normal", long: bool = False,
-                      tenant: str | None = None, slo_ms: float | None = None) -> Slot:
+                      tenant: str | None = None, slo_ms: float | None = None,
+                      work: Work | None = None) -> Slot:
         """A slot, now or after queueing (``tenant``: whose turn it takes, see the module
-        docstring); raises Shed when waiting would take too long: past the queue's bounds,
-        or (``slo_ms``, the client's time-to-first-token objective) when the expected wait
-        alone exceeds it (``slo``), at once rather than late."""
-        slot = self.try_acquire(long)
+        docstring); raises Shed when waiting would take too long: past the queue's bounds
+        (with ``work`` and the upstream's rates, a predicted wait over ``queue_slowdown``
+        times its own predicted service time), or (``slo_ms``, the client's time-to-first-
+        token objective) when the expected wait alone exceeds it (``slo``), at once rather
+        than late."""
+        slot = self.try_acquire(long, work)
         if slot is not None:
             return slot
         rank = PRIORITY_RANK.get(priority, 1)
         policy = self.policy
         depth = self.queue_depth
-        expected_ms = (depth + 1) / max(self.limit, 1.0) * self.service_ms
-        # Queue only when the expected wait leaves room for variance within the deadline:
-        # a request that would time out in the queue is better shed now, in microseconds.
-        full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms / 2
+        start = max(self._vtime, self._finish.get(tenant, 0.0))
+        predicted = self.rates.service_ms(work) if self.rates is not None and work is not None \
+            and policy.queue_slowdown else None
+        own_ms = None if predicted is None else predicted * self.scale
+        if own_ms is None:
+            expected_ms = (depth + 1) / max(self.limit, 1.0) * self.service_ms
+            # Queue only when the expected wait leaves room for variance within the
+            # deadline: a request that would time out in the queue is better shed now.
+            full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms / 2
+            deadline_ms = policy.max_queue_wait_ms
+        else:
+            expected_ms = self._predicted_wait_ms((rank, start), own_ms)
+            full = depth >= policy.max_queue or expected_ms > policy.queue_slowdown * own_ms
+            deadline_ms = max(policy.max_queue_wait_ms, 2 * policy.queue_slowdown * own_ms)
         if full and not self._evict_lower(rank):
             raise Shed("queue_full", self._retry_after())
         if slo_ms is not None and expected_ms > slo_ms:
             raise Shed("slo", self._retry_after())
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        start = max(self._vtime, self._finish.get(tenant, 0.0))
         self._finish[tenant] = start + 1.0
         heapq.heappush(self._queue, (rank, start, next(self._seq), fut, long))
+        if own_ms is not None:
+            self._queued_ms[fut] = own_ms
         started = time.perf_counter()
-        timer = loop.call_later(policy.max_queue_wait_ms / 1000, self._expire, fut)
+        timer = loop.call_later(deadline_ms / 1000, self._expire, fut)
         try:
             await fut  # a slot handed over by _wake, or Shed from _expire/_evict_lower
         except asyncio.CancelledError:
@@ -207,7 +253,21 @@ class Limiter:
             raise
         finally:
             timer.cancel()
-        return Slot(self, long, (time.perf_counter() - started) * 1000)
+            self._queued_ms.pop(fut, None)
+        return Slot(self, long, (time.perf_counter() - started) * 1000, predicted)
+
+    def _predicted_wait_ms(self, key: tuple[int, float], own_ms: float) -> float:
+        """When a seat frees for a request queued at ``key`` (gateway.service_time): the
+        slots held end at their predicted service times (one not predicted: the mean hold
+        time so far, else ``own_ms``), the waiters before it each take a seat in turn."""
+        now, mean, scale = time.perf_counter(), self.service_ms or own_ms, self.scale
+        remaining = [(s.predicted_ms * scale if s.predicted_ms else mean)
+                     - (now - s.started) * 1000 for s in self.running]
+        remaining += [mean] * (self.in_flight - len(remaining))  # held before the rates came
+        ahead = sorted((e for e in self._queue if not e[3].done() and e[:2] <= key),
+                       key=lambda e: e[:3])
+        return predicted_wait_ms(remaining, (self._queued_ms.get(e[3], mean) for e in ahead),
+                                 int(self.limit))
 
     def _expire(self, fut: asyncio.Future[None]) -> None:
         if not fut.done():
@@ -224,6 +284,12 @@ class Limiter:
 
     def _retry_after(self) -> float:
         return max(1.0, self.service_ms / 1000)
+
+    def ended(self, slot: Slot, now: float) -> None:
+        """A slot held for predictions ended: the scale learns from its service time."""
+        self.running.discard(slot)
+        if slot.predicted_ms:
+            self.scale = 0.8 * self.scale + 0.2 * (now - slot.started) * 1000 / slot.predicted_ms
 
     def on_release(self, long: bool, held_ms: float, sampled: bool = True) -> None:
         self.in_flight -= 1

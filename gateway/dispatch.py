@@ -40,19 +40,21 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gateway import jsonio
-from gateway.balance import PeakEwma, choose
+from gateway.balance import choose
 from gateway.breaker import Breaker
-from gateway.concurrency import Limiter, Shed, Slot
+from gateway.concurrency import Shed, Slot
 from gateway.config import Target
 from gateway.context import Reply, RequestContext, Stream
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
 from gateway.formats.bridge import Bridge, TranslatedStream
+from gateway.guard import Guard
 from gateway.hedge import race
 from gateway.http import forward_response_headers, retry_after_ms
 from gateway.models import model_not_found
 from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
 from gateway.retry_budget import RetryBudget, RetryBudgetPolicy
+from gateway.service_time import work_of
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
@@ -102,34 +104,6 @@ class Opened:
         if self.breaker is not None:
             self.breaker.record(not failed)
             self.breaker = None
-
-
-class Guard:
-    """An upstream's admission limiter and circuit breaker, updated in place on reload."""
-
-    def __init__(self, policy: Policy, capacity: int | None = None):
-        self.capacity = capacity
-        self.admission = policy.admission
-        self.limiter = Limiter(policy.admission.for_capacity(capacity))
-        self.breaker = Breaker(policy.breaker)
-        #: Its latency estimate and requests in flight, for the balanced models' choice.
-        self.ewma = PeakEwma()
-
-    def update(self, policy: Policy) -> None:
-        self.admission = policy.admission
-        self._limit()
-        self.breaker.policy = policy.breaker
-
-    def set_capacity(self, capacity: int | None) -> None:
-        """The upstream's capacity changed (the local engine reports its own once up)."""
-        self.capacity = capacity
-        self._limit()
-
-    def _limit(self) -> None:
-        old, new = self.limiter.policy, self.admission.for_capacity(self.capacity)
-        self.limiter.policy = new
-        if (old.limiter, old.max_concurrency) != (new.limiter, new.max_concurrency):
-            self.limiter.limit = float(new.max_concurrency)
 
 
 def backoff_ms(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
@@ -223,11 +197,12 @@ class Dispatcher:
                 continue
             slot: Slot | None = None
             if ticket is not None:  # admission control is on
-                slot = guard.limiter.try_acquire(ticket.long)
+                work = None if guard.limiter.rates is None else work_of(ctx.body, len(ctx.raw))
+                slot = guard.limiter.try_acquire(ticket.long, work)
                 if slot is None:
                     try:
                         slot = await guard.limiter.acquire(ticket.priority, ticket.long,
-                                                           ctx.key_id, ctx.slo_ms)
+                                                           ctx.key_id, ctx.slo_ms, work)
                     except Shed as exc:
                         shed = exc
                         continue

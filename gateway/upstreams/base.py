@@ -18,6 +18,8 @@ import abc
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.service_time import ServiceRates
+
 __all__ = ["Upstream", "UpstreamRequest", "UpstreamResponse", "WholeResponse"]
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
@@ -99,8 +101,9 @@ class Upstream(abc.ABC):
     async def start(self) -> None:
         """Called once when the gateway starts (the local engine spawns its process)."""
 
-    def on_capacity(self, changed: Callable[[int | None], None]) -> None:
-        """Call ``changed(capacity)`` whenever ``capacity`` changes (fixed here)."""
+    def on_capacity(self, changed: Callable[[int | None, ServiceRates | None], None]) -> None:
+        """Call ``changed(capacity, rates)`` whenever ``capacity`` or the measured rates
+        (gateway.service_time; the local engine's) change (fixed here: none)."""
 
     @abc.abstractmethod
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:

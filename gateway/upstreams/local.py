@@ -34,6 +34,7 @@ import structlog
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamUnreachable
+from gateway.service_time import ServiceRates
 from gateway.upstreams.base import UpstreamRequest, UpstreamResponse
 from gateway.upstreams.openai import OpenAIUpstream
 from gateway.upstreams.ports import free_port
@@ -67,7 +68,7 @@ class LocalUpstream(OpenAIUpstream):
         self._ready = asyncio.Event()
         self._start_failed: int | None = None  # exit status of an engine that never came up
         self._supervisor: asyncio.Task[None] | None = None
-        self._capacity_changed: list[Callable[[int | None], None]] = []
+        self._capacity_changed: list[Callable[[int | None, ServiceRates | None], None]] = []
 
     @property
     def ready(self) -> bool:
@@ -134,21 +135,25 @@ class LocalUpstream(OpenAIUpstream):
                 await asyncio.sleep(0.1)
         return False
 
-    def on_capacity(self, changed: Callable[[int | None], None]) -> None:
+    def on_capacity(self, changed: Callable[[int | None, ServiceRates | None], None]) -> None:
         self._capacity_changed.append(changed)
 
     def _take_capacity(self, health: bytes) -> None:
         """The engine's latency-bounded batch, from its /healthz (local_engine.calibrate):
-        what admission lets in at once, never more than max_num_seqs."""
+        what admission lets in at once, never more than max_num_seqs; and its measured
+        rates, from which admission predicts service times (gateway.service_time)."""
         with contextlib.suppress(ValueError):
             body = json.loads(health)
             capacity = body.get("capacity") if isinstance(body, dict) else None
             if isinstance(capacity, int) and capacity >= 1:
                 self.capacity = min(capacity, self.engine.max_num_seqs)
+                rates = ServiceRates.from_health(body.get("rates"),
+                                                 self.engine.default_max_tokens)
                 for changed in self._capacity_changed:
-                    changed(self.capacity)
+                    changed(self.capacity, rates)
                 log.info("local_engine_capacity", upstream=self.name, capacity=self.capacity,
-                         max_num_seqs=self.engine.max_num_seqs, dtype=body.get("dtype"))
+                         max_num_seqs=self.engine.max_num_seqs, dtype=body.get("dtype"),
+                         rates=rates)
 
     async def _await_ready(self) -> None:
         if self._ready.is_set():
