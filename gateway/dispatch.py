@@ -48,12 +48,12 @@ from gateway.context import Reply, RequestContext, Stream
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
 from gateway.formats.bridge import Bridge, TranslatedStream
 from gateway.guard import Guard
-from gateway.hedge import race
+from gateway.hedge import HedgeBudget, race
 from gateway.http import forward_response_headers, retry_after_ms
 from gateway.models import model_not_found
 from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
-from gateway.retry_budget import RetryBudget, RetryBudgetPolicy
+from gateway.retry_budget import RetryBudget
 from gateway.service_time import work_of
 from gateway.upstreams.base import (
     RawHeaders,
@@ -127,7 +127,7 @@ class Dispatcher:
             u.on_capacity(self.guards[name].set_capacity)
         self.budget = RetryBudget(policy.retry_budget)
         #: Hedges (gateway.hedge) spent per hedged request, as the retry budget.
-        self.hedges = RetryBudget(_hedge_budget(policy))
+        self.hedges = HedgeBudget(policy.balance.hedge_budget)
         self._rand = rand
         self._sleep = sleep
 
@@ -136,7 +136,7 @@ class Dispatcher:
         for guard in self.guards.values():
             guard.update(policy)
         self.budget.policy = policy.retry_budget
-        self.hedges.policy = _hedge_budget(policy)
+        self.hedges.set_ratio(policy.balance.hedge_budget)
 
     # unary and stream return _run's coroutine rather than awaiting it: one frame less in
     # the await chain, which every resumption of the request walks.
@@ -343,11 +343,12 @@ class Dispatch:
         dispatcher, retry_on = self.dispatcher, ctx.policy.retry.retry_on_status
         run = dispatcher.stream if ctx.stream else dispatcher.unary
         dispatcher.hedges.deposit()
+        started = time.perf_counter()
         spare = dispatcher.guards[targets[1].upstream].limiter
 
         def allowed() -> bool:  # never queued: a hedge only where a slot is free now
             free = ctx.ticket is None or spare.in_flight < int(spare.limit)
-            return free and dispatcher.hedges.withdraw()
+            return free and dispatcher.hedges.allowed()
         (target, result), hedged = await race(
             lambda: run(targets, bodies.request, ctx),
             lambda: run(targets[1:], bodies.request, ctx),
@@ -355,11 +356,8 @@ class Dispatch:
         if hedged:
             ctx.record.hedged = True
             ctx.upstream, ctx.model_served = target.upstream, target.model  # the winner's
+        dispatcher.hedges.answered(time.perf_counter() - started > after_s)
         return target, result
-
-
-def _hedge_budget(policy: Policy) -> RetryBudgetPolicy:  # as the retry budget, 2 at most
-    return RetryBudgetPolicy(ratio=policy.balance.hedge_budget, max_tokens=2.0)
 
 
 def _close(result: WholeResponse | Opened) -> None:

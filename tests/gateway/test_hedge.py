@@ -129,3 +129,46 @@ def test_a_bad_slo_header_is_a_400(gw: GatewayServer, fake: FakeUpstream) -> Non
         client.chat.completions.create(model="fake-model", messages=[
             {"role": "user", "content": "hi"}], extra_headers={"x-gateway-ttft-slo-ms": "soon"})
     assert err.value.param == "x-gateway-ttft-slo-ms" and fake.records == []
+
+
+BOTH_SLOW = """
+[upstreams.slow1]
+type = "openai"
+base_url = "{url}/r1/v1"
+headers = {{ "x-fake-ttft-ms" = "60" }}
+
+[upstreams.slow2]
+type = "openai"
+base_url = "{url}/r2/v1"
+headers = {{ "x-fake-ttft-ms" = "60" }}
+
+[upstreams.quick1]
+type = "openai"
+base_url = "{url}/r3/v1"
+
+[upstreams.quick2]
+type = "openai"
+base_url = "{url}/r4/v1"
+
+[models.overloaded]
+targets = [{{ upstream = "slow1", model = "m" }}, {{ upstream = "slow2", model = "m" }}]
+
+[models.quick]
+targets = [{{ upstream = "quick1", model = "m" }}, {{ upstream = "quick2", model = "m" }}]
+"""
+LATE = DEFAULT_POLICY + ('\n[balance]\nhedge_after_ms = { "overloaded" = 20, "quick" = 5000 }'
+                         '\nhedge_budget = 1.0\n')
+
+
+def test_no_hedges_while_most_requests_are_late(
+        make_gateway: Callable[..., GatewayServer], fake_server: FakeServer) -> None:
+    """Every answer late (overload): hedged while the late share (EWMA, weight 0.1) is
+    under half, i.e. seven times, then not; two answers in time bring it under again."""
+    gw = make_gateway(BOTH_SLOW.format(url=fake_server.url), policy=LATE)
+    models = ("overloaded",) * 8 + ("quick", "quick", "overloaded")
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client:
+        for model in models:
+            client.chat.completions.create(model=model, messages=[
+                {"role": "user", "content": "hi"}])
+    assert [log["hedged"] for log in gw.logged(len(models))] == \
+        [True] * 7 + [False, False, False, True]
