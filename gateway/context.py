@@ -141,6 +141,9 @@ class RequestContext:
     degraded_compress: Callable[[str], Awaitable[bool]] | None = None
     #: Set by the response store before the pipeline (see :class:`UpstreamState`).
     upstream_state: UpstreamState | None = None
+    #: Set by the endpoint for a stream: called by dispatch once an upstream answered 200,
+    #: before its first event, with the reply's headers: the client's head goes out then.
+    accepted: Callable[[Headers], Awaitable[None]] | None = None
     upstream: str | None = None
     model_served: str | None = None
     upstream_started: float | None = None

@@ -166,6 +166,8 @@ class Dispatcher:
             try:
                 if response.status != 200:
                     return WholeResponse(response.status, response.headers, await response.read())
+                if ctx.accepted is not None:  # the client's head now, before the first event
+                    await ctx.accepted(_stream_headers(response.headers))
                 chunks = response.iter_chunks()
                 first = await anext(chunks, b"")
             except BaseException:
@@ -330,8 +332,7 @@ class Dispatch:
     @staticmethod
     def _stream_reply(opened: Opened, crossing: Bridge | None, bodies: Outbound,
                       ctx: RequestContext) -> Reply:
-        headers = [h for h in forward_response_headers(opened.response.headers)
-                   if h[0] not in (b"content-type", b"cache-control")]
+        headers = _stream_headers(opened.response.headers)
         stream: Stream = opened if crossing is None else \
             TranslatedStream(opened, crossing.stream(ctx.body))
         return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
@@ -358,6 +359,12 @@ class Dispatch:
             ctx.upstream, ctx.model_served = target.upstream, target.model  # the winner's
         dispatcher.hedges.answered(time.perf_counter() - started > after_s)
         return target, result
+
+
+def _stream_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
+    """An upstream stream's headers the client's stream is sent (its own SSE type kept)."""
+    return [h for h in forward_response_headers(raw) if h[0] not in (b"content-type",
+                                                                     b"cache-control")]
 
 
 def _close(result: WholeResponse | Opened) -> None:

@@ -101,6 +101,8 @@ class ModelEndpoint:
             ctx = RequestContext(self.kind, self.path, raw, body, headers, first, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
+            if rec.stream:
+                ctx.accepted = sending.accepted
             with gw.watches.watch(receive, task):
                 keepalive = runtime.policy.streaming.keepalive_s if rec.stream else 0.0
                 if api is RESPONSES:  # a conversation rebuilt before, the answer kept after
@@ -202,6 +204,15 @@ class _Sending:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+
+    async def accepted(self, headers: Headers) -> None:
+        """An upstream accepted the stream: its head goes out now, not with the first event
+        (a prefill or a queue away); what follows comes as events, an error too (issue 31:
+        early bytes). Upstream errors before it are still answered with their status."""
+        if not self.started:
+            self.streaming = True
+            self.rec.status = 200
+            await self._start(200, _SSE_HEADERS + headers)
 
     async def _beat(self, every_s: float) -> None:
         """The headers (once), then a comment every ``every_s`` until cancelled."""
