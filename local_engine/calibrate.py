@@ -12,7 +12,7 @@ is at most ``max_slowdown`` times a lone sequence's. The gateway's default, 1.3,
 here in fp32 (start-up noise; the flood's admitted answers within 2.6-3.9x of unloaded; 1.5
 gives 9 to 17, within 3.6-4.4x, with more goodput), 7 to 11 in bf16 (within 2.7-3.3x).
 
-It also measures the prefill rate (ms per prompt token, a lone 256-token prompt) and gives,
+It also measures the prefill rate (ms per prompt token, a lone 128-token prompt) and gives,
 with the decode step at the batch found, the rates the gateway predicts a request's service
 time from (``Calibration.rates``; /healthz reports them, gateway.service_time uses them).
 
@@ -35,7 +35,7 @@ from local_engine.sequence import SamplingParams
 __all__ = ["Calibration", "latency_bounded_batch"]
 
 PROMPT_TOKENS = 16
-PREFILL_TOKENS = 256
+PREFILL_TOKENS = 128
 DECODE_STEPS = 6
 ROUNDS = 2
 
