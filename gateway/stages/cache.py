@@ -107,10 +107,7 @@ class CacheStage:
             async def relaxed(label: str) -> Reply | None:
                 return self._relaxed(ctx, lookup, policy, label, header)
             ctx.degraded_answer = relaxed
-            try:
-                reply = await call_next(ctx)
-            finally:
-                header.add()
+            reply = await call_next(ctx)
         self._store_when_delivered(ctx, reply, lookup, policy, pending)
         return reply
 
@@ -130,22 +127,19 @@ class CacheStage:
         upstream = asyncio.ensure_future(call_next(ctx))
         handled = False
         try:
-            try:
-                await asyncio.wait((semantic, upstream), return_when=asyncio.FIRST_COMPLETED)
-                if not upstream.done():  # the lookup's answer came first
-                    handled = True
-                    late = self._late(ctx, lookup, header)
-                    if late is not None:
-                        await _cancel(upstream)
-                        if ctx.upstream_started is not None:
-                            ctx.upstream_ended = time.perf_counter()
-                        return late
-                reply = await upstream
-            except BaseException:  # the client left, or the pipeline failed
-                await _cancel(upstream)
-                raise
-        finally:
-            header.add()
+            await asyncio.wait((semantic, upstream), return_when=asyncio.FIRST_COMPLETED)
+            if not upstream.done():  # the lookup's answer came first
+                handled = True
+                late = self._late(ctx, lookup, header)
+                if late is not None:
+                    await _cancel(upstream)
+                    if ctx.upstream_started is not None:
+                        ctx.upstream_ended = time.perf_counter()
+                    return late
+            reply = await upstream
+        except BaseException:  # the client left, or the pipeline failed
+            await _cancel(upstream)
+            raise
         if not handled:  # the upstream's answer came first (or with the lookup's)
             ctx.record.cache, ctx.record.cache_layer = "miss", None
             stats.count("miss")
@@ -233,25 +227,26 @@ class CacheStage:
 
 
 class _XCache:
-    """The request's ``x-cache`` header (``hit``, ``miss``, ``bypass``), added to the
-    response headers once, when the stage's part of the request is over, at the place it
-    had when its value became known; none when a hit is served (its reply says it)."""
+    """The request's ``x-cache`` header (``hit``, ``miss``, ``bypass``) in the response
+    headers from the start, with the value known so far: a stream's head may go out before
+    the stage's part of the request is over (an upstream accepting it, a keepalive), and
+    carries it then. :meth:`set` replaces it; none when a hit is served (its reply says
+    it)."""
 
-    __slots__ = ("at", "headers", "value")
+    __slots__ = ("entry", "headers")
 
     def __init__(self, headers: Headers, value: bytes) -> None:
         self.headers = headers
-        self.at = len(headers)
-        self.value: bytes | None = value
+        self.entry: tuple[bytes, bytes] | None = (b"x-cache", value)
+        headers.append(self.entry)
 
     def set(self, value: bytes | None) -> None:
         """The value is known now (None: no header)."""
-        self.at, self.value = len(self.headers), value
-
-    def add(self) -> None:
-        if self.value is not None:
-            self.headers.insert(self.at, (b"x-cache", self.value))
-            self.value = None
+        if self.entry is not None:
+            self.headers[:] = [h for h in self.headers if h is not self.entry]
+        self.entry = None if value is None else (b"x-cache", value)
+        if self.entry is not None:
+            self.headers.append(self.entry)
 
 
 async def _cancel(task: asyncio.Future[Reply]) -> None:

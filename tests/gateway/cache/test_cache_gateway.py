@@ -125,6 +125,21 @@ def test_streamed_hit_is_parsed_by_the_sdk(cached: GatewayServer, fake: FakeUpst
     assert len(fake.records) == 1
 
 
+def test_a_streamed_miss_near_a_stored_question_says_so_in_its_head(
+        cached: GatewayServer, fake: FakeUpstream) -> None:
+    """A near question (a candidate at the relaxed point, not a hit) streamed: the head goes
+    out once the upstream accepts, and carries ``x-cache: miss`` all the same."""
+    chat(cached, ask("how do i bake bread at home"))
+    stored(cached)
+    with client(cached) as c, c.chat.completions.with_streaming_response.create(
+            model="fake-model", messages=ask("how do i bake a cake quickly"),
+            stream=True) as r:
+        assert r.headers["x-cache"] == "miss"
+        assert "".join(x.choices[0].delta.content or "" for x in r.parse() if x.choices)
+    assert len(fake.records) == 2
+    assert cached.logged(2)[-1]["similarity"] >= 0.3  # a candidate, served nothing
+
+
 def test_streamed_answers_are_stored(cached: GatewayServer, fake: FakeUpstream) -> None:
     with client(cached) as c:
         stream = c.chat.completions.create(model="fake-model", messages=ask("stream me"),
