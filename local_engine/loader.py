@@ -84,19 +84,26 @@ def _current(target: Path) -> bool:
         return "model.embed_tokens.weight" in f.keys()  # noqa: SIM118 (no __contains__)
 
 
+def _read_gguf(gguf: Path) -> tuple[Any, Any]:
+    """transformers' tokenizer and float32 model of ``gguf`` (its tensors dequantized: the
+    slow part of a first start, ~25 s on a CPU for SmolLM2-135M)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"gguf_file": gguf.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
+    return tokenizer, model
+
+
 def _convert(gguf: Path, target: Path) -> None:
     """GGUF -> safetensors folder, written to a temporary folder and renamed into place, so
     a concurrent or interrupted first start never sees half a model."""
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
-        kwargs = {"gguf_file": gguf.name}
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32,
-                                                     **kwargs)
+        tokenizer, model = _read_gguf(gguf)
         # save_pretrained refuses models loaded from GGUF; the weights and config are plain.
         # A tied head is stored once under the input embedding's name, the name
         # transformers loads and ties from (stored as lm_head.weight, transformers reports

@@ -9,8 +9,9 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from local_engine import loader
 from local_engine.engine import Engine, EngineConfig, detokenize
 from local_engine.loader import LoadedModel, load, resolve
 from local_engine.sequence import SamplingParams, Sequence
@@ -94,7 +95,18 @@ def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder an earlier version wrote (tied head stored only as lm_head.weight, which
     transformers reports as a missing embedding and may initialise at random) is converted
-    again; the new checkpoint loads in transformers with nothing missing."""
+    again; the new checkpoint loads in transformers with nothing missing. (The GGUF is read
+    as the current conversion's folder: the same tensors, without the ~25 s of
+    dequantizing them again; the GGUF reading itself runs once per test run, for the
+    other tests here.)"""
+    converted = resolve()
+
+    def read_converted(gguf: Path) -> tuple[Any, Any]:
+        assert gguf.suffix == ".gguf"
+        return (AutoTokenizer.from_pretrained(converted),
+                AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32))
+
+    monkeypatch.setattr(loader, "_read_gguf", read_converted)
     monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
     old = tmp_path / "models" / "smollm2-135m-instruct"
     old.mkdir(parents=True)
