@@ -118,6 +118,8 @@ class Engine:
             raise PromptTooLong(f"the prompt has {len(prompt_ids)} tokens; this model's "
                                 f"context length is {self.max_model_len}")
         seq = Sequence(list(prompt_ids), params)
+        if params.grammar is not None:
+            seq.matcher = params.grammar.matcher()
         if params.seed is not None:
             seq.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
         self.scheduler.add(seq)
@@ -184,6 +186,8 @@ class Engine:
         text = ""
         for token in new:
             seq.output_ids.append(token)
+            if seq.matcher is not None:  # the mask allowed it, so the matcher accepts it
+                seq.matcher.consume_token(token)
             out = self._postprocess(seq, token)
             text += out.text
             if out.finished:

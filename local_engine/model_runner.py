@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from local_engine.cuda_graphs import DecodeGraphs
+from local_engine.grammar import Constrained, constrain
 from local_engine.model import KV_CHUNK, AttentionMeta, Decodes, LlamaModel, prefill_mask
 from local_engine.sampling import sample
 from local_engine.scheduler import Scheduled
@@ -196,8 +197,12 @@ class ModelRunner:
     @torch.inference_mode()
     def step(self, batch: list[Scheduled]) -> list[list[int]]:
         """One step; each item's new tokens: none for a prefill chunk short of the end, one
-        for a plain decode, the accepted drafts and one more for a verified draft."""
+        for a plain decode, the accepted drafts and one more for a verified draft. Rows of
+        sequences with a grammar are masked first (:func:`local_engine.grammar.constrain`)."""
         logits, spans = self.forward(batch)
+        constrain(logits, [Constrained(sc.seq.matcher, spans[i][0], sc.draft)
+                           for i, sc in enumerate(batch)
+                           if sc.seq.matcher is not None and spans[i][1]])
         plain = [i for i, sc in enumerate(batch) if spans[i][1] and not sc.draft]
         drafted = [i for i, sc in enumerate(batch) if sc.draft]
         tokens: list[list[int]] = [[] for _ in batch]

@@ -13,7 +13,9 @@ __all__ = ["SamplingParams", "SeqStatus", "Sequence"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """``temperature`` 0 means greedy. ``stop`` strings end generation and are not returned."""
+    """``temperature`` 0 means greedy. ``stop`` strings end generation and are not returned.
+    ``grammar``: a :class:`local_engine.grammar.Grammar` the output must follow (None: free
+    text)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -21,6 +23,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     ignore_eos: bool = False
+    grammar: Any = None
 
 
 class SeqStatus(enum.Enum):
@@ -63,6 +66,7 @@ class Sequence:
     seat: int = -1
     num_synced_blocks: int = 0
     draft: Any = None  # speculative.DraftState once speculation has looked at it
+    matcher: Any = None  # llguidance.LLMatcher of params.grammar, advanced token by token
 
     @property
     def num_tokens(self) -> int:

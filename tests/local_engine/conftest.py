@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import llguidance
 import pytest
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig as HFLlamaConfig
 from transformers import LlamaForCausalLM
 
 from local_engine.engine import Engine, EngineConfig
+from local_engine.grammar import GrammarCompiler
 from local_engine.loader import from_hf_module
 
 VOCAB = 96
@@ -58,3 +61,16 @@ def make_engine(hf_model: LlamaForCausalLM) -> Callable[..., Engine]:
         return Engine(model, decode, config, eos_token_ids=(1,))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def char_grammars() -> GrammarCompiler:
+    """A grammar compiler for :func:`decode`'s vocabulary (token i is ``chr(32 + i % 95)``;
+    token 1 is the tiny model's EOS, so ``!`` is never text)."""
+    vocab = {("Ġ" if i == 0 else chr(32 + i)): i for i in range(95)}  # byte-level: Ġ is " "
+    vocab["<pad>"] = 95
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return GrammarCompiler(llguidance.LLTokenizer(tokenizer.to_str(), n_vocab=VOCAB,
+                                                  eos_token=1))
