@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,8 @@ import numpy as np
 from llm_wire.sse import json_event
 from local_engine.errors import InvalidRequest
 from local_engine.sequence import SamplingParams
+from local_engine.structured import Structured, parse_structured
+from local_engine.tool_calls import render_call, tools_prompt
 
 __all__ = [
     "MAX_SCORE_PROMPTS",
@@ -43,11 +45,16 @@ _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 @dataclass(frozen=True)
 class ChatRequest:
+    """``messages`` as the chat template takes them (tools and calls written in, see
+    :mod:`local_engine.tool_calls`); ``structured``: the output's grammar and whether it is
+    parsed for tool calls."""
+
     model: str
     messages: list[dict[str, str]]
     params: SamplingParams
     stream: bool
     include_usage: bool
+    structured: Structured = field(default_factory=Structured)
 
 
 def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
@@ -92,7 +99,10 @@ def parse_chat(body: Any, default_max_tokens: int) -> ChatRequest:
             raise InvalidRequest(f"each message needs a 'role', one of {sorted(_ROLES)}",
                                  param=f"messages[{i}].role")
         role = "system" if m["role"] == "developer" else m["role"]
-        chat.append({"role": role, "content": _content(m, i)})
+        chat.append({"role": role, "content": _content(m, i) + _calls(m, i)})
+    structured = parse_structured(body)
+    if structured.functions:
+        chat = _with_tools(chat, tools_prompt(list(structured.functions)))
     n = body.get("n")
     if n not in (None, 1):
         raise InvalidRequest("the local engine supports only n = 1", param="n")
@@ -129,7 +139,35 @@ def parse_chat(body: Any, default_max_tokens: int) -> ChatRequest:
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0) or 1e-6,
         max_tokens=max_tokens, stop=stops, seed=seed,
     )
-    return ChatRequest(model, chat, params, stream, bool(options.get("include_usage")))
+    return ChatRequest(model, chat, params, stream, bool(options.get("include_usage")),
+                       structured)
+
+
+def _calls(message: dict[str, Any], i: int) -> str:
+    """An assistant message's ``tool_calls`` in the model's call syntax, after its text."""
+    calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+    if not calls:
+        return ""
+    if not isinstance(calls, list):
+        raise InvalidRequest("'tool_calls' must be an array", param=f"messages[{i}].tool_calls")
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                or not isinstance(fn.get("arguments", ""), str):
+            raise InvalidRequest("a tool call needs a function 'name' and 'arguments' (a JSON "
+                                 "text)", param=f"messages[{i}].tool_calls[{j}].function")
+        out.append(render_call(fn["name"], fn.get("arguments") or "{}"))
+    text = "\n".join(out)
+    return "\n" + text if message.get("content") else text
+
+
+def _with_tools(chat: list[dict[str, str]], section: str) -> list[dict[str, str]]:
+    """The tools section at the end of the first system message (one added if none)."""
+    if chat[0]["role"] == "system":
+        return [{"role": "system", "content": chat[0]["content"] + "\n\n" + section},
+                *chat[1:]]
+    return [{"role": "system", "content": section}, *chat]
 
 
 def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
@@ -139,10 +177,17 @@ def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
 
 
 def chat_completion(id_: str, model: str, created: int, text: str, finish_reason: str,
-                    usage_: dict[str, Any]) -> dict[str, Any]:
+                    usage_: dict[str, Any],
+                    tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A ``chat.completion``; with ``tool_calls`` its content is null when there is no text
+    and ``finish_reason`` "stop" becomes "tool_calls", as OpenAI answers."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+        finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
     return {
         "id": id_, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+        "choices": [{"index": 0, "message": message,
                      "logprobs": None, "finish_reason": finish_reason}],
         "usage": usage_,
     }

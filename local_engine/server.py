@@ -3,7 +3,10 @@
     python -m local_engine [--model smollm2] [--port 8081]     (or: gateway engine ...)
 
 Endpoints: POST /v1/chat/completions (stream and non-stream; ``usage`` reports prompt tokens
-served from the prefix cache as ``prompt_tokens_details.cached_tokens``), POST
+served from the prefix cache as ``prompt_tokens_details.cached_tokens``; ``response_format``
+json_object/json_schema and ``tools``/``tool_choice`` by grammar-constrained decoding, see
+:mod:`local_engine.structured`; calls come back as ``tool_calls``, streamed as argument
+deltas), POST
 /v1/embeddings, POST /v1/completions (scoring only: ``echo: true``, ``max_tokens: 0``,
 ``logprobs: 0`` returns each prompt token's log-probability; see
 :mod:`local_engine.scorer`), GET /v1/models, /metrics, /healthz. A client that disconnects
@@ -13,7 +16,9 @@ aborts its request: its KV blocks are free at the next step.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -34,6 +39,7 @@ from local_engine.async_engine import AsyncEngine
 from local_engine.calibrate import latency_bounded_batch
 from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
 from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
+from local_engine.grammar import Grammar, GrammarCompiler
 from local_engine.loader import DTYPES, load
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
@@ -49,6 +55,8 @@ from local_engine.openai_format import (
 )
 from local_engine.scorer import encode_text
 from local_engine.speculative import SpecConfig
+from local_engine.structured import Structured, compile_structured
+from local_engine.tool_calls import CallParser, merge
 
 __all__ = ["EngineServer", "build_app", "main"]
 
@@ -74,6 +82,20 @@ class EngineServer:
     #: ms per prompt token and per output token with the batch full (Calibration.rates),
     #: for /healthz: the gateway predicts service times from them. None: not probed.
     rates: dict[str, float] | None = None
+    #: Compiles the grammars of structured outputs and tool calls (None: refused with a 400).
+    grammars: GrammarCompiler | None = None
+
+    async def grammar(self, structured: Structured) -> Grammar | None:
+        """The compiled grammar of a request's output (None: free text); a grammar not
+        compiled before is compiled off the event loop. Raises InvalidRequest."""
+        if structured.grammar is None:
+            return None
+        if self.grammars is None:
+            raise InvalidRequest("this engine cannot constrain its output (no grammar "
+                                 "compiler)", param="tools" if structured.calls
+                                 else "response_format")
+        return (self.grammars.cached(structured.grammar)
+                or await asyncio.to_thread(compile_structured, self.grammars, structured))
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -105,9 +127,11 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
     async def chat(request: Request) -> Response:
         try:
             chat = parse_chat(await _json(request), server.default_max_tokens)
+            grammar = await server.grammar(chat.structured)
             prompt = server.encode_chat(chat.messages)
             id_ = "chatcmpl-" + uuid.uuid4().hex
-            outputs = server.engine.generate(prompt, chat.params)
+            outputs = server.engine.generate(prompt, dataclasses.replace(chat.params,
+                                                                         grammar=grammar))
             first = await anext(outputs)  # errors (prompt too long) surface before headers
         except PromptTooLong as exc:
             return _error(InvalidRequest(str(exc), param="messages",
@@ -128,9 +152,13 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         finally:
             await outputs.aclose()
         seq = last.seq
-        body = chat_completion(id_, chat.model, int(time.time()), seq.text,
+        text, calls = seq.text, None
+        if chat.structured.calls:
+            parser = CallParser()
+            text, calls = merge(parser.feed(seq.text) + parser.close())
+        body = chat_completion(id_, chat.model, int(time.time()), text,
                                seq.finish_reason or "stop",
-                               usage(len(prompt), len(seq.output_ids), seq.num_cached))
+                               usage(len(prompt), len(seq.output_ids), seq.num_cached), calls)
         return Response(orjson.dumps(body), media_type="application/json")
 
     async def embeddings(request: Request) -> Response:
@@ -212,11 +240,16 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
     then aborts the request."""
     created = int(time.time())
     model = chat.model
+    parser = CallParser() if chat.structured.calls else None
     try:
         yield chat_chunk(id_, model, created, {"role": "assistant", "content": ""})
         out = first
         while True:
-            if out.text:
+            if parser is not None:
+                deltas = parser.feed(out.text) + (parser.close() if out.finished else [])
+                for delta in deltas:
+                    yield chat_chunk(id_, model, created, delta)
+            elif out.text:
                 yield chat_chunk(id_, model, created, {"content": out.text})
             if out.finished:
                 break
@@ -227,7 +260,10 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
                 yield json_event({"error": err.as_dict()})
                 return
         seq = out.seq
-        yield chat_chunk(id_, model, created, {}, seq.finish_reason or "stop")
+        reason = seq.finish_reason or "stop"
+        if parser is not None and parser.calls and reason == "stop":
+            reason = "tool_calls"
+        yield chat_chunk(id_, model, created, {}, reason)
         if chat.include_usage:
             yield chat_chunk(id_, model, created, None,
                              usage_=usage(prompt_len, len(seq.output_ids), seq.num_cached))
@@ -262,7 +298,8 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
                           EMBEDDING_MODEL if embedder else None,
                           embedder.count_tokens if embedder else None, default_max_tokens,
-                          calibration.batch, compute, calibration.rates())
+                          calibration.batch, compute, calibration.rates(),
+                          GrammarCompiler.from_hf(loaded.tokenizer, loaded.eos_token_ids))
     return server, metrics
 
 
