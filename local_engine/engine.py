@@ -63,7 +63,8 @@ class Output:
 class StepStats:
     """Figures of the last step, for metrics: sequences in it, tokens computed, wall ms;
     decoding sequences and the tokens they gained; drafts verified, their tokens, the
-    accepted ones, and ``accepted_at[j]``: drafts whose token j was accepted."""
+    accepted ones, and ``accepted_at[j]``: drafts whose token j was accepted; ``forced``:
+    tokens a grammar forced, gained as drafts (not counted among the drafts)."""
 
     num_seqs: int = 0
     num_tokens: int = 0
@@ -74,6 +75,7 @@ class StepStats:
     draft_tokens: int = 0
     accepted: int = 0
     accepted_at: list[int] = field(default_factory=list)
+    forced: int = 0  # tokens a grammar forced, verified as drafts (local_engine.grammar)
 
 
 class Engine:
@@ -95,7 +97,8 @@ class Engine:
         spec = config.speculative
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_batch_tokens,
                                    proposer=NgramProposer(spec) if spec is not None else None,
-                                   max_model_len=self.max_model_len)
+                                   max_model_len=self.max_model_len,
+                                   max_forced=spec.num_tokens if spec else 0)
         self.runner = ModelRunner(model, num_blocks, config.block_size, config.max_num_seqs,
                                   self.max_model_len, spec.num_tokens if spec else 0,
                                   config.cuda_graphs)
@@ -153,7 +156,9 @@ class Engine:
             if sc.decodes:
                 stats.decodes += 1
                 stats.decode_tokens += len(new)
-            if sc.draft:
+            if sc.forced:
+                stats.forced += len(new) - 1
+            elif sc.draft:
                 self._count_draft(stats, seq, len(sc.draft), len(new) - 1)
             if seq.first_token_at is None:
                 seq.first_token_at = now

@@ -13,7 +13,10 @@ allowed).
 Speculative decoding stays on: a drafted sequence's rows are masked position by position
 (the matcher advanced over the draft's valid prefix, then rolled back), so a draft token the
 grammar forbids has probability 0 at its row and is rejected by the ordinary verification,
-and every accepted token is one the grammar allows.
+and every accepted token is one the grammar allows. Tokens the grammar forces (a call's
+fixed head, a property name) are verified as a draft too (``compute_ff_tokens``; see
+:meth:`local_engine.scheduler.Scheduler._forced`): always accepted, a run of them costs one
+step (jump-forward decoding).
 
 Compilation: :class:`GrammarCompiler` compiles a grammar once per distinct text (keyed by
 its SHA-256) and hands each request a copy of the compiled matcher (``deep_copy``: ~10 us),

@@ -48,12 +48,14 @@ class Proposer(Protocol):
 @dataclass(slots=True)
 class Scheduled:
     """One sequence's share of a step: ``num_new`` tokens starting at ``start``; for a
-    decode with speculation, its last token and then the ``draft`` tokens to verify."""
+    decode with speculation (or a grammar's forced tokens), its last token and then the
+    ``draft`` tokens to verify."""
 
     seq: Sequence
     start: int
     num_new: int
     draft: list[int] = field(default_factory=list)
+    forced: bool = False  # the draft is what the grammar forces, not the proposer's
 
     @property
     def decodes(self) -> bool:
@@ -67,10 +69,15 @@ class Scheduled:
 
 
 class Scheduler:
+    """``max_forced``: the most tokens a grammar forces that a constrained sequence may
+    verify as a draft in one step (0: none; at most the runner's draft width)."""
+
     def __init__(self, blocks: BlockManager, max_num_seqs: int = 32,
                  max_batch_tokens: int = 512, starve_steps: int = 8,
-                 proposer: Proposer | None = None, max_model_len: int = 2048):
+                 proposer: Proposer | None = None, max_model_len: int = 2048,
+                 max_forced: int = 0):
         self.blocks = blocks
+        self.max_forced = max_forced
         self.proposer = proposer
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
@@ -111,6 +118,10 @@ class Scheduler:
             if seq not in self.running:  # preempted for an earlier one's block
                 continue
             draft = self._draft(proposer, seq) if proposer is not None else []
+            forced = False
+            if not draft and seq.matcher is not None and self.max_forced:
+                draft = self._forced(seq)
+                forced = bool(draft)
             if draft:
                 try:
                     self.blocks.append_slots(seq, 1 + len(draft))
@@ -126,7 +137,8 @@ class Scheduler:
                     if victim is seq:
                         break
             if seq in self.running:
-                batch.append(Scheduled(seq, seq.num_tokens - 1, 1 + len(draft), draft))
+                batch.append(Scheduled(seq, seq.num_tokens - 1, 1 + len(draft), draft,
+                                       forced and bool(draft)))
                 budget -= 1 + len(draft)
         # 2. admit new sequences while seats, blocks and some compute are left
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -163,6 +175,14 @@ class Scheduler:
         limit = min(seq.params.max_tokens - len(seq.output_ids),
                     self.max_model_len - seq.num_tokens) - 1
         return proposer.propose(seq, limit)[:limit] if limit > 0 else []
+
+    def _forced(self, seq: Sequence) -> list[int]:
+        """The tokens the sequence's grammar forces next (the fixed text of a call's head,
+        a property name), as a draft: verified like any other, always accepted, so a run of
+        them costs one step (jump-forward decoding, as SGLang's compressed FSM does)."""
+        limit = min(seq.params.max_tokens - len(seq.output_ids),
+                    self.max_model_len - seq.num_tokens, self.max_forced + 1) - 1
+        return list(seq.matcher.compute_ff_tokens())[:limit] if limit > 0 else []
 
     def _preempt(self, seq: Sequence) -> None:
         """Recompute later: prompt and output so far are prefilled again when it is readmitted

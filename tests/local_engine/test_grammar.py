@@ -24,17 +24,22 @@ SCHEMA = {"type": "object", "properties": {
     "required": ["id", "tag", "xs"], "additionalProperties": False}
 
 
-def run(engine: Engine, jobs: list[tuple[list[int], SamplingParams]]) -> list[str]:
+def run(engine: Engine, jobs: list[tuple[list[int], SamplingParams]],
+        forced: list[int] | None = None) -> list[str]:
+    """The outputs; ``forced`` gets the tokens the grammar forced, step by step."""
     seqs = [engine.add(ids, params) for ids, params in jobs]
     while engine.has_work():
         engine.step()
+        if forced is not None:
+            forced.append(engine.last.forced)
     return [seq.text for seq in seqs]
 
 
 def test_constrained_outputs_validate_in_a_mixed_batch_with_drafts(
         make_engine: Callable[..., Engine], char_grammars: GrammarCompiler) -> None:
     """Greedy and sampled constrained rows beside a free one, n-gram drafts on (each
-    sequence drafts from its own loop; the grammar decides which draft tokens can stand)."""
+    sequence drafts from its own loop; the grammar decides which draft tokens can stand) and
+    the tokens the grammar forces verified as drafts."""
     spec = SpecConfig(num_tokens=4, min_n=1, max_n=2)
     engine = make_engine(speculative=spec)
     grammar = char_grammars.compile(json_schema_grammar(SCHEMA))
@@ -42,10 +47,12 @@ def test_constrained_outputs_validate_in_a_mixed_batch_with_drafts(
     jobs = [(prompt, SamplingParams(temperature=t, seed=s, max_tokens=60, grammar=grammar))
             for t in (0.0, 1.0) for s in range(2)]
     free = (prompt, SamplingParams(temperature=0, max_tokens=30))
-    *texts, plain = run(engine, [*jobs, free])
+    forced: list[int] = []
+    *texts, plain = run(engine, [*jobs, free], forced)
     for text in texts:
         jsonschema.validate(json.loads(text), SCHEMA)
-    assert engine.scheduler.proposer is not None and engine.decode_tokens > engine.decodes
+    # drafts were verified, and what the grammar forces ('{"id": ', '"tag": ') came as ones
+    assert engine.decode_tokens > engine.decodes and sum(forced) >= len(jobs) * 6
     assert plain == run(make_engine(speculative=spec), [free])[0]  # the free row untouched
 
 
