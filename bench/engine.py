@@ -26,6 +26,10 @@ over the wall time). Also whether the outputs are identical, and the acceptance 
 ``--lossless-prompts N`` checks identity alone on N MT-Bench prompts at batch 1 and 8 with
 prefill chunks of 64 tokens and a KV cache small enough that batch 8 preempts.
 
+Part 6 (``--structured``, run alone): grammar-constrained decoding, free vs. constrained
+tokens/s at batch 1 and 32 and the τ-bench tools' grammar compile times
+(``bench/engine_structured.py``).
+
 Part 4 (``--baseline-rev REV``): the engine of this tree against the engine of git revision
 REV (e.g. the commit before the lean decode step), side by side in one run: engine tokens/s
 at each ``--concurrency`` and prefix-hit/miss TTFT, each measured in a fresh child process
@@ -293,6 +297,11 @@ async def main() -> None:
     parser.add_argument("--spec-max-tokens", type=int, default=128)
     parser.add_argument("--spec-split", choices=("dev", "test"), default="test")
     parser.add_argument("--lossless-prompts", type=int, default=0)
+    parser.add_argument("--structured", action="store_true",
+                        help="run part 6 alone (grammar-constrained decoding)")
+    parser.add_argument("--structured-max-tokens", type=int, default=64)
+    parser.add_argument("--structured-rounds", type=int, default=2)
+    parser.add_argument("--structured-compile-rounds", type=int, default=5)
     args = parser.parse_args()
     if args.engine_figures:
         print(orjson.dumps(await engine_figures(args)).decode())
@@ -305,6 +314,15 @@ async def main() -> None:
         print(orjson.dumps({"dtype": dtype_of(model), "speculation": sp},
                            option=orjson.OPT_INDENT_2).decode())
         print(f"summary: {dtype_of(model)}; " + spec_summary(sp))
+        return
+    if args.structured:
+        from engine_structured import structured, structured_summary
+
+        model = load_model(args)
+        st = await structured(model, args)
+        print(orjson.dumps({"dtype": dtype_of(model), "torch_threads": torch.get_num_threads(),
+                            "structured": st}, option=orjson.OPT_INDENT_2).decode())
+        print(f"summary: {dtype_of(model)}; " + structured_summary(st))
         return
     if args.only_baseline_rev:
         rev = against_revision(args)
