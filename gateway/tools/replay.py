@@ -6,10 +6,16 @@ FILE is JSONL, one conversation a line, in one of three shapes:
 - ``{"turns": ["q1", "q2", ...]}`` (MT-Bench): each turn is a user message sent after the
   previous turn's streamed answer was appended as the assistant message;
 - ``{"prompt": "..."}``: one user turn;
-- ``{"messages": [...]}``: OpenAI chat messages, sent as one request.
+- ``{"messages": [...]}``: OpenAI chat messages, sent as one request; with ``--per-turn``,
+  one request per assistant message of the recording, with the recorded history before it
+  (its tool calls and tool results included; the replayed answers are not fed back), as an
+  agent trace is replayed (../shared/data/agent_traces).
+
+``--tools FILE`` (a JSON array of OpenAI tool definitions) sends those tools with every
+request (``tool_choice`` auto), so a traced agent's requests are replayed whole.
 
 Every request streams (``stream_options.include_usage``) so TTFT is the time to the first
-content delta. A failed request is counted and recorded (exception type and message) and
+content or tool-call delta. A failed request is counted and recorded (exception type and message) and
 ends its conversation (later turns need its answer); the other conversations go on.
 Prompt and completion text are never printed.
 """
@@ -94,7 +100,20 @@ def _nearest_rank(sorted_xs: Sequence[float], p: float) -> float | None:
     return round(sorted_xs[max(0, math.ceil(p / 100 * len(sorted_xs)) - 1)], 2)
 
 
-def load_conversations(path: Path, limit: int | None = None) -> list[Conversation]:
+def _per_turn(messages: list[dict[str, Any]]) -> Conversation:
+    """One request per assistant message: each gets the messages since the previous one
+    (that recorded assistant message first)."""
+    turns: Conversation = []
+    start = 0
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant" and i > start:
+            turns.append(messages[start:i])
+            start = i
+    return turns
+
+
+def load_conversations(path: Path, limit: int | None = None,
+                       per_turn: bool = False) -> list[Conversation]:
     """Parse FILE (see the module doc). Raises ValueError naming the file and line."""
     out: list[Conversation] = []
     with path.open("rb") as f:
@@ -112,7 +131,8 @@ def load_conversations(path: Path, limit: int | None = None) -> list[Conversatio
             elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
                 out.append([[{"role": "user", "content": obj["prompt"]}]])
             elif isinstance(obj, dict) and isinstance(obj.get("messages"), list) and obj["messages"]:
-                out.append([list(obj["messages"])])
+                turns = _per_turn(list(obj["messages"])) if per_turn else []
+                out.append(turns or [list(obj["messages"])])
             else:
                 raise ValueError(f"{path}:{lineno}: expected a non-empty 'turns' list, a "
                                  "'prompt' string or a non-empty 'messages' list")
@@ -120,7 +140,8 @@ def load_conversations(path: Path, limit: int | None = None) -> list[Conversatio
 
 
 async def _one(client: AsyncOpenAI, model: str, messages: list[dict[str, Any]], max_tokens: int,
-               conv: int, turn: int) -> tuple[RequestResult, str]:
+               conv: int, turn: int, tools: list[dict[str, Any]] | None = None
+               ) -> tuple[RequestResult, str]:
     """Stream one request; returns its result and the answer text (for the next turn)."""
     start = time.perf_counter()
     first: float | None = None
@@ -128,14 +149,17 @@ async def _one(client: AsyncOpenAI, model: str, messages: list[dict[str, Any]], 
     usage_tokens: int | None = None
     parts: list[str] = []
     try:
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
         stream = await client.chat.completions.create(  # type: ignore[call-overload]
             model=model, messages=messages, max_tokens=max_tokens,
-            stream=True, stream_options={"include_usage": True})
+            stream=True, stream_options={"include_usage": True}, **extra)
         async with stream:  # closes the connection when the stream fails half-way
             async for chunk in stream:
                 if chunk.usage is not None:
                     usage_tokens = chunk.usage.completion_tokens
                 for choice in chunk.choices:
+                    if choice.delta.tool_calls and first is None:
+                        first = time.perf_counter()
                     if choice.delta.content:
                         if first is None:
                             first = time.perf_counter()
@@ -159,10 +183,14 @@ async def replay(
     concurrency: int,
     max_tokens: int,
     progress: Callable[[int], None] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    recorded: bool = False,
 ) -> ReplayReport:
     """Replay ``conversations`` with at most ``concurrency`` in flight (one worker task each);
     turns within a conversation run in order. ``progress(n)`` is called as n requests are
-    done (or skipped after an error). Never raises for a failed request."""
+    done (or skipped after an error). ``tools`` go with every request; ``recorded``: the
+    turns carry the recorded answers (``--per-turn``), so the replayed ones are not
+    appended. Never raises for a failed request."""
     convs = list(conversations)
     results: list[RequestResult] = []
     todo = iter(enumerate(convs))  # shared by the workers; next() never awaits, so it is safe
@@ -172,13 +200,15 @@ async def replay(
             history: list[dict[str, Any]] = []
             for turn, new_messages in enumerate(conv):
                 history.extend(new_messages)
-                result, answer = await _one(client, model, history, max_tokens, idx, turn)
+                result, answer = await _one(client, model, history, max_tokens, idx, turn,
+                                            tools)
                 results.append(result)
                 if result.error is not None:
                     if progress:
                         progress(len(conv) - turn)
                     break
-                history.append({"role": "assistant", "content": answer})
+                if not recorded:
+                    history.append({"role": "assistant", "content": answer})
                 if progress:
                     progress(1)
 
@@ -210,7 +240,8 @@ def _print_table(s: dict[str, Any]) -> None:
     Console().print(table)
 
 
-async def _main(args: argparse.Namespace, conversations: list[Conversation]) -> ReplayReport:
+async def _main(args: argparse.Namespace, conversations: list[Conversation],
+                tools: list[dict[str, Any]] | None) -> ReplayReport:
     # No SDK retries: a retried request would hide the failure and inflate its latency.
     from openai import AsyncOpenAI
 
@@ -219,7 +250,7 @@ async def _main(args: argparse.Namespace, conversations: list[Conversation]) -> 
         async def go(progress: Callable[[int], None] | None = None) -> ReplayReport:
             return await replay(conversations, client=client, model=args.model,
                                 concurrency=args.concurrency, max_tokens=args.max_tokens,
-                                progress=progress)
+                                progress=progress, tools=tools, recorded=args.per_turn)
 
         if args.json:
             return await go()
@@ -234,11 +265,14 @@ async def _main(args: argparse.Namespace, conversations: list[Conversation]) -> 
 def run(args: argparse.Namespace) -> int:
     """Run the ``replay`` command: 0 when no request failed, 1 otherwise, 2 on a bad FILE."""
     try:
-        conversations = load_conversations(Path(args.file), args.limit)
+        conversations = load_conversations(Path(args.file), args.limit, args.per_turn)
+        tools = orjson.loads(Path(args.tools).read_bytes()) if args.tools else None
+        if tools is not None and not isinstance(tools, list):
+            raise ValueError(f"{args.tools}: expected a JSON array of tool definitions")
     except (OSError, ValueError) as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 2
-    summary = asyncio.run(_main(args, conversations)).summary()
+    summary = asyncio.run(_main(args, conversations, tools)).summary()
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(summary) + b"\n")
         sys.stdout.flush()
@@ -257,5 +291,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--limit", type=int, default=None, help="replay only the first N conversations")
     p.add_argument("--api-key", default="unused")
+    p.add_argument("--tools", help="a JSON array of OpenAI tool definitions, sent with every "
+                                   "request")
+    p.add_argument("--per-turn", action="store_true",
+                   help="{'messages': [...]} lines: one request per recorded assistant turn")
     p.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     p.set_defaults(func=run)

@@ -92,3 +92,25 @@ async def test_failed_requests_are_counted_and_the_run_goes_on(tmp_path, fake_se
     s = report.summary()
     assert (s["requests"], s["errors"], s["output_tokens"]) == (2, 2, 0)
     assert s["e2e_ms"]["p50"] is None
+
+
+async def test_an_agent_trace_replays_one_request_per_recorded_turn_with_its_tools(
+    tmp_path, fake_server, fake
+):
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_user_details", "arguments": '{"user_id": "u1"}'}}
+    trace = [{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"},
+             {"role": "assistant", "content": None, "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "{}"},
+             {"role": "assistant", "content": "Done."}, {"role": "user", "content": "bye"}]
+    path = write_jsonl(tmp_path / "trace.jsonl", [{"task_id": 1, "messages": trace}])
+    tools = [{"type": "function", "function": {"name": "get_user_details", "parameters": {
+        "type": "object", "properties": {"user_id": {"type": "string"}}}}}]
+    async with aclient(fake_server.url + "/v1") as c:
+        report = await replay(load_conversations(path, per_turn=True), client=c, model="m",
+                              concurrency=1, max_tokens=16, tools=tools, recorded=True)
+    assert report.summary()["errors"] == 0
+    # one request per recorded assistant turn, each with the recorded history before it
+    assert [r.json["messages"] for r in fake.records] == [trace[:2], trace[:4]]
+    assert all(r.json["tools"] == tools for r in fake.records)
+    assert load_conversations(path) == [[trace]]  # without --per-turn: one request
