@@ -64,7 +64,7 @@ __all__ = ["MAX_INTEGER", "MAX_ITEMS", "MAX_STRING", "Structured", "bounded", "c
 
 #: The bounds given to strings and arrays a schema leaves unbounded (characters, items).
 MAX_STRING = 64
-MAX_ITEMS = 8
+MAX_ITEMS = 4
 MAX_INTEGER = 2**53 - 1  # JSON's interoperable integers (RFC 8259, section 6)
 _NOT_SCHEMAS = {"enum", "const", "default", "examples"}
 _BOUNDED_STRING = {"maxLength", "enum", "const", "pattern", "format"}

@@ -10,7 +10,7 @@ By default a cheap sample keeps the suite fast: 4 of the 14 airline tools (~600 
 tokens), 2 tool-call prompts per API (between them: required and named, streamed and not)
 and one JSON one per API, all 9 requests at once (one batch of the engine). ``STRUCTURED_FULL=1`` runs the whole
 check: all 14 tools (~2,600 prompt tokens), 50 tool-call prompts per API and 50 JSON ones
-on each API, 8 in flight (slow on a CPU: many minutes; ``STRUCTURED_APIS=chat`` runs one
+on each API, 4 in flight (slow on a CPU: many minutes; ``STRUCTURED_APIS=chat`` runs one
 API's share).
 """
 
@@ -260,7 +260,7 @@ def test_tool_calls_and_json_schema_outputs_validate_on_all_three_apis(
                     if api in APIS:
                         jobs[f"{api} json {n}"] = checked(api, n, FORMATS[n % len(FORMATS)])
             # a few in flight: on a CPU a queue of hundreds waits past the read timeout
-            slots = asyncio.Semaphore(8)
+            slots = asyncio.Semaphore(4)
 
             async def limited(job: Any) -> None:
                 async with slots:
