@@ -120,6 +120,10 @@ def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                argv: Sequence[str]) -> None:
     """Register the tool commands; import and fill in only the one ``argv`` names."""
     command = _command(argv)
+    if command in _TOOLS:  # a tool's stdout is its output (often JSON): logs go to stderr
+        import structlog
+
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     for name, (module, help_) in _TOOLS.items():
         parser = sub.add_parser(name, help=help_)
         if name == command:
