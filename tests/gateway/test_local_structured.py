@@ -275,3 +275,31 @@ def test_tool_calls_and_json_schema_outputs_validate_on_all_three_apis(
     failed = [f"{name}: {e!r}"[:300] for name, e in results if e is not None]
     print(f"{len(results) - len(failed)} of {len(results)} answers valid")
     assert not failed, f"{len(failed)} of {len(results)} failed:\n" + "\n".join(failed)
+
+
+def test_a_responses_function_tool_round_trip_on_the_local_engine(
+        make_run: tuple[str, LogSink]) -> None:
+    """Turn 1 (streamed): a named function's call, its arguments valid. Turn 2 chains it
+    with ``previous_response_id`` and gives the call's output: the engine answers in text,
+    and the chain's items are the call and its output."""
+    url = make_run[0]
+    weather = {"type": "function", "name": "get_weather", "description": "Today's weather",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                              "required": ["city"], "additionalProperties": False}}
+    with openai.OpenAI(base_url=url + "/v1", api_key="sk", max_retries=0) as client:
+        with client.responses.stream(
+                model="smollm2", input="What is the weather in Paris?", tools=[weather],
+                tool_choice={"type": "function", "name": "get_weather"},
+                max_output_tokens=48, extra_headers=NO_CACHE) as stream:
+            first = stream.get_final_response()
+        [call] = [item for item in first.output if item.type == "function_call"]
+        assert call.name == "get_weather"
+        jsonschema.validate(json.loads(call.arguments), weather["parameters"])
+        second = client.responses.create(
+            model="smollm2", previous_response_id=first.id, tools=[weather],
+            tool_choice="none", max_output_tokens=16, extra_headers=NO_CACHE,
+            input=[{"type": "function_call_output", "call_id": call.call_id,
+                    "output": "Sunny, 21 C"}])
+        assert second.status in ("completed", "incomplete") and second.output_text
+        items = client.responses.input_items.list(second.id, order="asc").data
+        assert [i.type for i in items][-2:] == ["function_call", "function_call_output"]
