@@ -120,10 +120,6 @@ def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                argv: Sequence[str]) -> None:
     """Register the tool commands; import and fill in only the one ``argv`` names."""
     command = _command(argv)
-    if command in _TOOLS:  # a tool's stdout is its output (often JSON): logs go to stderr
-        import structlog
-
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     for name, (module, help_) in _TOOLS.items():
         parser = sub.add_parser(name, help=help_)
         if name == command:
@@ -149,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         from local_engine.server import add_arguments
 
         add_arguments(engine)
+    if argv is None and _command(args_in) in _TOOLS:
+        # A tool's stdout is its output (often JSON): its logs go to stderr. (Only as a
+        # process of its own: called in-process, the caller's logging stays as it was.)
+        import structlog
+
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     _add_tools(sub, args_in)
     args = parser.parse_args(argv)
     try:
