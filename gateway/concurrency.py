@@ -87,7 +87,7 @@ class AdmissionPolicy:
     #: service time (a bounded slowdown); 0: never waits. 1.5: eight MT-Bench conversations
     #: (256 tokens) a few past the seats wait about one service time and are served; short
     #: requests of a flood, a queue several times the seats deep ahead, are shed.
-    queue_slowdown: float = bounded(1.5, ge=0)
+    queue_slowdown: float = bounded(0.0, ge=0)
 
     def for_capacity(self, capacity: int | None,
                      rates: ServiceRates | None = None) -> AdmissionPolicy:
