@@ -17,6 +17,8 @@ class Guard:
 
     def __init__(self, policy: Policy, capacity: int | None = None):
         self.capacity = capacity
+        #: The upstream's measured rates (gateway.service_time), when it reports them.
+        self.rates: ServiceRates | None = None
         self.admission = policy.admission
         self.limiter = Limiter(policy.admission.for_capacity(capacity))
         self.breaker = Breaker(policy.breaker)
@@ -31,10 +33,13 @@ class Guard:
     def set_capacity(self, capacity: int | None, rates: ServiceRates | None = None) -> None:
         """The upstream's capacity and measured rates changed (the local engine reports them
         once up): admission follows (gateway.concurrency.AdmissionPolicy.for_capacity)."""
-        self.capacity, self.limiter.rates = capacity, rates
+        self.capacity, self.rates = capacity, rates
         self._limit()
 
     def _limit(self) -> None:
+        # The limiter predicts service times only where the policy lets requests wait on
+        # them (queue_slowdown): otherwise no request pays for the bookkeeping.
+        self.limiter.rates = self.rates if self.admission.queue_slowdown else None
         old = self.limiter.policy
         new = self.admission.for_capacity(self.capacity, self.limiter.rates)
         self.limiter.policy = new
