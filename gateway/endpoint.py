@@ -215,12 +215,10 @@ class _Sending:
             await self._start(200, _SSE_HEADERS + headers)
 
     async def _beat(self, every_s: float) -> None:
-        """The headers (once), then a comment every ``every_s`` until cancelled."""
+        """The headers (once, as :meth:`accepted` sends them), then a comment every
+        ``every_s`` until cancelled."""
         while True:
-            if not self.started:
-                self.streaming = True
-                self.rec.status = 200
-                await self._start(200, _SSE_HEADERS)
+            await self.accepted([])
             await self.send({"type": "http.response.body", "body": b": keepalive\n\n",
                              "more_body": True})
             await asyncio.sleep(every_s)
