@@ -100,7 +100,9 @@ class GrammarCompiler:
 
     def cached(self, grammar: str) -> Grammar | None:
         """The compiled grammar if it is in the cache (no compilation)."""
-        key = hashlib.sha256(grammar.encode()).hexdigest()
+        return self._get(hashlib.sha256(grammar.encode()).hexdigest())
+
+    def _get(self, key: str) -> Grammar | None:
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -111,10 +113,10 @@ class GrammarCompiler:
         """The compiled grammar of ``grammar`` (llguidance grammar text, from
         :func:`json_schema_grammar` or :func:`lark_grammar`), from the cache when seen
         before. Raises GrammarError naming what the library rejects."""
-        hit = self.cached(grammar)
+        key = hashlib.sha256(grammar.encode()).hexdigest()
+        hit = self._get(key)
         if hit is not None:
             return hit
-        key = hashlib.sha256(grammar.encode()).hexdigest()
         matcher = llguidance.LLMatcher(self.tokenizer, grammar)
         if matcher.is_error():
             raise GrammarError(matcher.get_error())

@@ -170,18 +170,21 @@ class Scheduler:
             seq.skipped = 0
         return batch
 
+    def _room(self, seq: Sequence) -> int:
+        """Draft tokens that fit: room for them and one more token within ``max_tokens``
+        and the context length."""
+        return min(seq.params.max_tokens - len(seq.output_ids),
+                   self.max_model_len - seq.num_tokens) - 1
+
     def _draft(self, proposer: Proposer, seq: Sequence) -> list[int]:
-        # room for the draft and one more token within max_tokens and the context length
-        limit = min(seq.params.max_tokens - len(seq.output_ids),
-                    self.max_model_len - seq.num_tokens) - 1
+        limit = self._room(seq)
         return proposer.propose(seq, limit)[:limit] if limit > 0 else []
 
     def _forced(self, seq: Sequence) -> list[int]:
         """The tokens the sequence's grammar forces next (the fixed text of a call's head,
         a property name), as a draft: verified like any other, always accepted, so a run of
         them costs one step (jump-forward decoding, as SGLang's compressed FSM does)."""
-        limit = min(seq.params.max_tokens - len(seq.output_ids),
-                    self.max_model_len - seq.num_tokens, self.max_forced + 1) - 1
+        limit = min(self._room(seq), self.max_forced)
         return list(seq.matcher.compute_ff_tokens())[:limit] if limit > 0 else []
 
     def _preempt(self, seq: Sequence) -> None:
