@@ -142,8 +142,9 @@ class RequestContext:
     #: Set by the response store before the pipeline (see :class:`UpstreamState`).
     upstream_state: UpstreamState | None = None
     #: Set by the endpoint for a stream: called by dispatch once an upstream answered 200,
-    #: before its first event, with the reply's headers: the client's head goes out then.
-    accepted: Callable[[Headers], Awaitable[None]] | None = None
+    #: before its first event, with the reply's headers and the client's opening events
+    #: (a translated stream's, else b""): the client's head goes out then, and those events.
+    accepted: Callable[[Headers, bytes], Awaitable[None]] | None = None
     upstream: str | None = None
     model_served: str | None = None
     upstream_started: float | None = None

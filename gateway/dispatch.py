@@ -47,6 +47,7 @@ from gateway.config import Target
 from gateway.context import Reply, RequestContext, Stream
 from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
 from gateway.formats.bridge import Bridge, TranslatedStream
+from gateway.formats.translator import Translator
 from gateway.guard import Guard
 from gateway.hedge import HedgeBudget, race
 from gateway.http import forward_response_headers, retry_after_ms
@@ -160,14 +161,18 @@ class Dispatcher:
         targets: Sequence[Target],
         build: Callable[[Target], UpstreamRequest],
         ctx: RequestContext,
+        head: Callable[[str], bytes] | None = None,
     ) -> Awaitable[tuple[Target, WholeResponse | Opened]]:
+        """``head``: the client's opening events for the model asked (Translator.head),
+        sent with the head once an upstream accepts."""
         async def attempt(upstream: Upstream, target: Target) -> WholeResponse | Opened:
             response = await upstream.stream(build(target))
             try:
                 if response.status != 200:
                     return WholeResponse(response.status, response.headers, await response.read())
                 if ctx.accepted is not None:  # the client's head now, before the first event
-                    await ctx.accepted(_stream_headers(response.headers))
+                    await ctx.accepted(_stream_headers(response.headers),
+                                       b"" if head is None else head(target.model))
                 chunks = response.iter_chunks()
                 first = await anext(chunks, b"")
             except BaseException:
@@ -299,17 +304,19 @@ class Dispatch:
             guards, decay = dispatcher.guards, balance.decay_s
             targets = choose(targets, lambda t: guards[t.upstream].ewma.cost(decay))
         hedge_ms = balance.hedge_after_ms.get(route.name) if balance.hedge_after_ms else None
+        early = bodies.early(targets) if ctx.accepted is not None else None
         if hedge_ms is not None and len(targets) > 1:
-            target, opened = await self._hedged(targets, bodies, ctx, hedge_ms / 1000)
+            target, opened = await self._hedged(targets, bodies, ctx, hedge_ms / 1000, early)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
-                return self._stream_reply(opened, crossing, bodies, ctx)
+                return self._stream_reply(opened, crossing, bodies, ctx, early)
             response = opened
         elif ctx.stream:
-            target, opened = await dispatcher.stream(targets, bodies.request, ctx)
+            target, opened = await dispatcher.stream(targets, bodies.request, ctx,
+                                                     None if early is None else early.head)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
-                return self._stream_reply(opened, crossing, bodies, ctx)
+                return self._stream_reply(opened, crossing, bodies, ctx, early)
             response = opened  # the upstream refused with a status: pass it on
         else:
             target, response = await dispatcher.unary(targets, bodies.request, ctx)
@@ -331,18 +338,24 @@ class Dispatch:
 
     @staticmethod
     def _stream_reply(opened: Opened, crossing: Bridge | None, bodies: Outbound,
-                      ctx: RequestContext) -> Reply:
+                      ctx: RequestContext, early: Translator | None) -> Reply:
         headers = _stream_headers(opened.response.headers)
         stream: Stream = opened if crossing is None else \
-            TranslatedStream(opened, crossing.stream(ctx.body))
+            TranslatedStream(opened, early or crossing.stream(ctx.body))
         return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
 
     async def _hedged(self, targets: Sequence[Target], bodies: Outbound, ctx: RequestContext,
-                      after_s: float) -> tuple[Target, WholeResponse | Opened]:
+                      after_s: float, early: Translator | None
+                      ) -> tuple[Target, WholeResponse | Opened]:
         """The request raced on the model's targets (:func:`gateway.hedge.race`): the
         primary on all of them in order, the hedge on the second onwards."""
         dispatcher, retry_on = self.dispatcher, ctx.policy.retry.retry_on_status
-        run = dispatcher.stream if ctx.stream else dispatcher.unary
+        head = None if early is None else early.head
+
+        def run(targets: Sequence[Target], build: Callable[[Target], UpstreamRequest],
+                ctx: RequestContext) -> Awaitable[tuple[Target, WholeResponse | Opened]]:
+            return dispatcher.stream(targets, build, ctx, head) if ctx.stream \
+                else dispatcher.unary(targets, build, ctx)
         dispatcher.hedges.deposit()
         started = time.perf_counter()
         spare = dispatcher.guards[targets[1].upstream].limiter

@@ -171,7 +171,7 @@ def _fill(rec: RequestRecord, ctx: RequestContext) -> None:
 class _Sending:
     """Sends one request's reply (or error) to the client, and ends the reply."""
 
-    __slots__ = ("api", "completed", "extra", "rec", "send", "started", "streaming")
+    __slots__ = ("api", "completed", "early", "extra", "rec", "send", "started", "streaming")
 
     def __init__(self, send: Send, rec: RequestRecord, extra: Headers, api: ApiFormat) -> None:
         self.send = send
@@ -180,6 +180,7 @@ class _Sending:
         self.api = api
         self.started = False
         self.streaming = False  # a relayed stream is under way
+        self.early = b""  # opening events sent by accepted(), ahead of the stream
         #: The whole answer was handed to the server (for a stream, its end event): the
         #: client leaving after that (or the server saying so) cancels nothing.
         self.completed = False
@@ -205,14 +206,20 @@ class _Sending:
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
 
-    async def accepted(self, headers: Headers) -> None:
+    async def accepted(self, headers: Headers, head: bytes = b"") -> None:
         """An upstream accepted the stream: its head goes out now, not with the first event
-        (a prefill or a queue away); what follows comes as events, an error too (issue 31:
-        early bytes). Upstream errors before it are still answered with their status."""
+        (a prefill or a queue away), and ``head``, the client's opening events where a
+        translated stream makes them early (an Anthropic client's ``message_start``; once:
+        the stream begins with them too, and :meth:`relay` skips them). What follows comes
+        as events, an error too (issue 31: early bytes). Upstream errors before it are
+        still answered with their status."""
         if not self.started:
             self.streaming = True
             self.rec.status = 200
             await self._start(200, _SSE_HEADERS + headers)
+        if head and not self.early:
+            self.early = head
+            await self.send({"type": "http.response.body", "body": head, "more_body": True})
 
     async def _beat(self, every_s: float) -> None:
         """The headers (once, as :meth:`accepted` sends them), then a comment every
@@ -323,6 +330,8 @@ class _Sending:
                             _first_event(ctx)
                         for tap in taps:
                             tap(out)
+                        if self.early:  # the stream's opening, sent ahead already
+                            out, self.early = out.removeprefix(self.early), b""
                         await send({"type": "http.response.body", "body": out,
                                     "more_body": True})
                         out = b""
@@ -351,6 +360,8 @@ class _Sending:
                 rec.error_type = observer.error_type or "upstream_error"
             if out:
                 _first_event(ctx)
+            if self.early:
+                out = out.removeprefix(self.early)
             await send({"type": "http.response.body", "body": out, "more_body": False})
             self.completed = True
             delivered = not failed

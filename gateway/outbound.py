@@ -12,6 +12,7 @@ line, its usage and finish reason into the context.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsonio
@@ -21,6 +22,7 @@ from gateway.formats.anthropic import finish_reason_of
 from gateway.formats.bridge import Bridge, bridge
 from gateway.formats.openai import with_usage_option
 from gateway.formats.responses import response_finish_reason
+from gateway.formats.translator import Translator
 from gateway.formats.usage import Usage
 from gateway.http import forward_request_headers
 from gateway.upstreams.base import Upstream, UpstreamRequest
@@ -66,6 +68,16 @@ class Outbound:
         if target is self._target:
             return self._crossing
         return bridge(self._api, self._api_of(target), self.ctx.kind)
+
+    def early(self, targets: Sequence[Target]) -> Translator | None:
+        """A translated stream's translator, made before any upstream answers so that its
+        opening events (Translator.head) go out when one accepts; only where every target
+        crosses the same way to the same model, so the opening holds whichever answers."""
+        crossing, model = self.crossing(targets[0]), targets[0].model
+        if crossing is None or any(self.crossing(t) is not crossing or t.model != model
+                                   for t in targets[1:]):
+            return None
+        return crossing.stream(self.ctx.body)
 
     def _api_of(self, target: Target) -> str:
         """The API ``target``'s upstream is spoken to in: its own, or Responses as it came

@@ -94,7 +94,9 @@ class TranslatedStream:
     def __init__(self, inner: Any, translator: Translator) -> None:
         self._inner = inner
         self._translator = translator
-        self.first = translator.feed(inner.first)
+        # Opening events made early (Translator.head), already sent: the stream still holds
+        # them, for what keeps or shares it (the cache, coalesced followers).
+        self.first = translator.early + translator.feed(inner.first)
         self.chunks: AsyncIterator[bytes] = self._translate(inner.chunks)
 
     async def _translate(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -43,6 +43,12 @@ class ComposedStream:
     def errored(self) -> bool:
         return self._first.errored or self._second.errored
 
+    #: Opening events are never made early through two translations.
+    early = b""
+
+    def head(self, model: str) -> bytes:
+        return b""
+
     def feed(self, chunk: bytes) -> bytes:
         middle = self._first.feed(chunk)
         return self._second.feed(middle) if middle else b""

@@ -62,6 +62,11 @@ class Translator(Protocol):
     @property
     def done(self) -> bool: ...
 
+    @property
+    def early(self) -> bytes: ...
+
+    def head(self, model: str) -> bytes: ...
+
     def feed(self, chunk: bytes) -> bytes: ...
 
     def flush(self) -> bytes: ...
@@ -72,12 +77,22 @@ class EventTranslator:
     ends (``done``) or fails (``errored``). Subclasses implement ``_event(name, data) ->
     bytes``: the translated events for one upstream event (b"" for none)."""
 
-    __slots__ = ("_reader", "done", "errored")
+    __slots__ = ("_reader", "done", "early", "errored")
 
     def __init__(self) -> None:
         self._reader = EventReader()
         self.done = False
         self.errored = False
+        #: The opening events :meth:`head` made (b"": none), which the stream's first
+        #: output must begin with (:class:`gateway.formats.bridge.TranslatedStream`).
+        self.early = b""
+
+    def head(self, model: str) -> bytes:
+        """The client's opening events, made before the upstream sent any (it accepted
+        the stream): ``model``, the model asked of it. b"" where the client's format opens
+        with nothing the upstream's first event is needed for. Made once; later calls return
+        the same bytes, and the first event then opens nothing again."""
+        return b""
 
     def feed(self, chunk: bytes) -> bytes:
         """Take upstream bytes; return the translated events completed so far (may be b"")."""

@@ -1,11 +1,14 @@
 """Early bytes (issue 31): a stream's head goes to the client as soon as its upstream
-accepts, not with the first event a prefill or a queue away; what an upstream refuses keeps
-its HTTP status. The upstream holds its first event until the test has seen the head."""
+accepts, not with the first event a prefill or a queue away, and so does an Anthropic
+client's ``message_start`` on a translated stream (once, in what the cache keeps and what
+coalesced clients get too); what an upstream refuses keeps its HTTP status. The upstream
+holds its first event until the test has seen the head."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +18,7 @@ import orjson
 import pytest
 
 from gateway.testing.server import ServerThread
-from tests.conftest import GatewayServer
+from tests.conftest import DEFAULT_POLICY, GatewayServer
 
 HELD = """
 [upstreams.held]
@@ -98,6 +101,62 @@ def test_an_anthropic_client_gets_the_head_before_the_first_token_too(
         upstream.release.set()
         events = "".join(response.iter_text())
     assert events.startswith("event: message_start") and '"text":"held"' in events
+
+
+def test_an_anthropic_client_gets_message_start_before_the_first_token(
+        held: tuple[HeldFirstEvent, GatewayServer]) -> None:
+    upstream, gw = held
+    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client, \
+            client.messages.stream(model="held", max_tokens=16,
+                                   messages=[{"role": "user", "content": "hi"}]) as stream:
+        first = next(iter(stream))
+        assert first.type == "message_start" and not upstream.sent.is_set()
+        assert first.message.model == "m" and first.message.id.startswith("msg_")
+        upstream.release.set()
+        assert stream.get_final_text() == "held"
+
+
+@pytest.fixture
+def held_cached(make_gateway: Callable[..., GatewayServer]
+                ) -> Iterator[tuple[HeldFirstEvent, GatewayServer]]:
+    upstream = HeldFirstEvent()
+    with ServerThread(upstream) as srv:
+        yield upstream, make_gateway(
+            HELD.format(url=srv.url) + '[cache]\nenabled = true\nbackend = "memory"\n'
+            'semantic = false\n', policy=DEFAULT_POLICY + "[cache]\nenabled = true\n")
+        upstream.release.set()
+
+
+def test_an_early_message_start_is_sent_once_kept_by_the_cache_and_shared(
+        held_cached: tuple[HeldFirstEvent, GatewayServer]) -> None:
+    upstream, gw = held_cached
+    body = {"model": "held", "max_tokens": 16, "stream": True, "extra_body": {
+        "temperature": 0}, "messages": [{"role": "user", "content": "once?"}]}
+
+    async def coalesced() -> list[str]:
+        async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k",
+                                            max_retries=0) as client:
+            async def one() -> str:
+                async with client.messages.with_streaming_response.create(**body) as r:
+                    return "".join([t async for t in r.iter_text()])
+            before = gw.gateway.flights.joined
+            tasks = [asyncio.ensure_future(one()) for _ in range(3)]
+            deadline = time.monotonic() + 10
+            while gw.gateway.flights.joined < before + 2:  # both followers are in
+                assert time.monotonic() < deadline, "the followers did not join"
+                await asyncio.sleep(0.005)
+            upstream.release.set()
+            return await asyncio.gather(*tasks)
+
+    streams = asyncio.run(coalesced())
+    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client, \
+            client.messages.with_streaming_response.create(**body) as response:
+        assert response.headers["x-cache"] == "hit"
+        streams.append("".join(response.iter_text()))
+    for events in streams:  # the leader's, two followers', the cache's
+        assert events.startswith("event: message_start")
+        assert events.count("event: message_start") == 1 and '"text":"held"' in events
+        assert events.rstrip().endswith('data: {"type":"message_stop"}')
 
 
 def test_a_refusal_before_the_first_byte_keeps_its_status(

@@ -81,6 +81,14 @@ class AnthropicStreamFromOpenAI(ChunkTranslator):
     def _take_usage(self, usage: dict[str, Any]) -> None:
         self._usage = usage_from_openai(usage)
 
+    def head(self, model: str) -> bytes:
+        """``message_start``, before the upstream's first chunk (so with a new id and
+        ``model``, not the chunk's): an Anthropic client's stream opens with it as soon as
+        the upstream accepts, as Anthropic's own streams do, instead of a prefill later."""
+        if not self._started:
+            self.early = self._start({"model": model})
+        return self.early
+
     def _start(self, chunk: dict[str, Any]) -> bytes:
         self._started = True
         # The chunk id, traceable in both logs ("msg_" once, should it be one of ours).
