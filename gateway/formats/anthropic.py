@@ -15,7 +15,6 @@ https://docs.anthropic.com/en/api/errors).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ from gateway.formats.checks import (
     missing,
     shown,
 )
+from gateway.formats.ids import random_hex
 from llm_wire.sse import json_event
 
 __all__ = [
@@ -247,7 +247,7 @@ def _message(answer: Answer, id_: str | None) -> dict[str, Any]:
             raise ValueError("tool call arguments are not a JSON object")  # noqa: TRY004
         blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"],
                        "input": arguments})
-    return {"id": id_ or "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant",
+    return {"id": id_ or "msg_" + random_hex(), "type": "message", "role": "assistant",
             "model": answer.model, "content": blocks,
             "stop_reason": stop_reason_of(answer.finish_reason), "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": answer.completion_tokens or 0,

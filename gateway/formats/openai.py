@@ -18,7 +18,6 @@ Wire format: https://platform.openai.com/docs/api-reference/chat
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -27,6 +26,7 @@ import orjson
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.formats.answer import Answer
 from gateway.formats.checks import invalid_type, load_request, message_list, missing
+from gateway.formats.ids import random_hex
 from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = [
@@ -193,7 +193,7 @@ def completion_body(answer: Answer, id_: str | None = None) -> bytes:
     if answer.tool_calls:
         message["tool_calls"] = answer.tool_calls
     return orjson.dumps({
-        "id": id_ or "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion",
+        "id": id_ or "chatcmpl-" + random_hex(), "object": "chat.completion",
         "created": int(time.time()), "model": answer.model,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": answer.finish_reason}],
@@ -204,7 +204,7 @@ def completion_body(answer: Answer, id_: str | None = None) -> bytes:
 def completion_events(answer: Answer, include_usage: bool, id_: str | None = None) -> bytes:
     """The whole chunk stream of ``answer``, ``[DONE]`` included (one write: it is
     already complete)."""
-    base = {"id": id_ or "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion.chunk",
+    base = {"id": id_ or "chatcmpl-" + random_hex(), "object": "chat.completion.chunk",
             "created": int(time.time()), "model": answer.model}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:

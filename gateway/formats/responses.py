@@ -18,7 +18,6 @@ Wire format: https://platform.openai.com/docs/api-reference/responses
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -26,6 +25,7 @@ import orjson
 from gateway.errors import InvalidRequest
 from gateway.formats.answer import Answer
 from gateway.formats.checks import invalid_type, invalid_value, load_request, missing
+from gateway.formats.ids import random_hex
 
 __all__ = ["HOSTED_TOOLS", "answer_from_response", "chat_view", "input_messages",
            "parse_request", "response_body", "response_finish_reason", "response_object"]
@@ -195,16 +195,16 @@ def response_object(answer: Answer, id_: str | None = None, *,
     """``answer`` as a ``response`` object: a message item with its text, then a
     ``function_call`` item per tool call; usage in input/output tokens. ``body``: the
     request, whose settings the object echoes (instructions, tools, metadata, ...)."""
-    rid = id_ or "resp_" + uuid.uuid4().hex
+    rid = id_ or "resp_" + random_hex()
     output: list[dict[str, Any]] = []
     if answer.content is not None:
-        output.append({"type": "message", "id": "msg_" + uuid.uuid4().hex,
+        output.append({"type": "message", "id": "msg_" + random_hex(),
                        "status": "completed", "role": "assistant",
                        "content": [{"type": "output_text", "text": answer.content,
                                     "annotations": []}]})
     for call in answer.tool_calls or []:
         fn = call.get("function") or {}
-        output.append({"type": "function_call", "id": "fc_" + uuid.uuid4().hex,
+        output.append({"type": "function_call", "id": "fc_" + random_hex(),
                        "call_id": call.get("id"), "name": fn.get("name"),
                        "arguments": fn.get("arguments", ""), "status": "completed"})
     prompt, completion = answer.prompt_tokens or 0, answer.completion_tokens or 0

@@ -43,8 +43,9 @@ def _usage(obj: dict[str, Any]) -> dict[str, Any] | None:
             "prompt_tokens_details": {"cached_tokens": details.get("cached_tokens", 0)}}
 
 
-#: What the observer reads: the ends of a stream (its other events are passed by unread).
-_NOTED = re.compile(rb"response\.(?:completed|incomplete|failed)|error")
+#: What the observer reads: the ends of a stream (its other events are passed by unread),
+#: found by their type (not by a word: every response object holds an ``"error"`` field).
+_NOTED = re.compile(rb'"type":\s*"(?:response\.(?:completed|incomplete|failed)|error)"')
 _FINAL = re.compile(rb"response\.(?:completed|incomplete)")
 _COMPLETED = re.compile(rb"response\.completed")
 _DELTA = b"event: response.output_text.delta\n"

@@ -22,11 +22,11 @@ https://docs.anthropic.com/en/api/messages (``tool_use.id``: ``^[a-zA-Z0-9_-]+$`
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any, Protocol
 
 import orjson
 
+from gateway.formats.ids import random_hex
 from llm_wire.sse import Event, EventReader
 
 __all__ = ["INVALID_EVENT", "ChunkTranslator", "EventTranslator", "Translator", "load_object",
@@ -43,7 +43,7 @@ def tool_use_id(call_id: Any) -> str:
     servers write ``functions.get_weather:0``. The same id always gives the same answer, so a
     tool call and its result still match; a missing id gets a new one."""
     if not isinstance(call_id, str) or not call_id:
-        return "toolu_" + uuid.uuid4().hex
+        return "toolu_" + random_hex()
     return _BAD_ID.sub("_", call_id)
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ import structlog
 
 from gateway.context import Outcome, Reply, RequestContext, UpstreamState
 from gateway.errors import InvalidRequest
+from gateway.formats.ids import random_hex
 from gateway.formats.responses_stream import final_response
 from gateway.formats.translator import load_object
 from gateway.response_store.records import MemoryRecords, Records, StoreUnavailable
@@ -77,7 +77,7 @@ def _normal(item: dict[str, Any]) -> dict[str, Any]:
         part = "output_text" if out.get("role") == "assistant" else "input_text"
         out["content"] = [{"type": part, "text": out["content"]}]
     if "id" not in out:
-        out["id"] = _PREFIX.get(kind, "item_") + uuid.uuid4().hex
+        out["id"] = _PREFIX.get(kind, "item_") + random_hex()
     return out
 
 

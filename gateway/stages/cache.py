@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Mapping
 
 from gateway.cache.cache import CacheStats, Lookup, ResponseCache
 from gateway.context import Headers, Next, Outcome, Reply, RequestContext
 from gateway.formats.answer import Answer
+from gateway.formats.ids import random_hex
 from gateway.formats.usage import Usage
 from gateway.policy import CachePolicy
 from gateway.upstreams.base import Upstream
@@ -287,7 +287,7 @@ def _hit(ctx: RequestContext, lookup: Lookup, similarity: float | None) -> Reply
     ctx.model_served, ctx.finish_reason = answer.model, answer.finish_reason
     ctx.usage = Usage(answer.prompt_tokens, answer.completion_tokens)
     api = ctx.api
-    id_ = api.id_prefix + uuid.uuid4().hex
+    id_ = api.id_prefix + random_hex()
     if ctx.stream:
         return Reply(200, headers, api.answer_events(answer, ctx.body, id_), sse=True)
     return Reply(200, [_JSON, *headers], api.answer_body(answer, id_))

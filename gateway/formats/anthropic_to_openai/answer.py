@@ -16,13 +16,13 @@ https://platform.openai.com/docs/guides/error-codes
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
 
 from gateway.errors import UpstreamError
 from gateway.formats.anthropic import error_type_of, stop_reason_of
+from gateway.formats.ids import random_hex
 from gateway.formats.translator import tool_use_id
 
 __all__ = ["anthropic_error", "anthropic_response", "usage_from_openai"]
@@ -79,7 +79,7 @@ def anthropic_response(completion: Any, model: str | None = None) -> dict[str, A
     id_ = completion.get("id")
     rest = id_.removeprefix("chatcmpl-").removeprefix("msg_") if isinstance(id_, str) else ""
     return {
-        "id": "msg_" + (rest or uuid.uuid4().hex), "type": "message", "role": "assistant",
+        "id": "msg_" + (rest or random_hex()), "type": "message", "role": "assistant",
         "model": model if model is not None else completion.get("model", ""),
         "content": content, "stop_reason": stop, "stop_sequence": None,
         "usage": usage_from_openai(completion.get("usage") or {}),

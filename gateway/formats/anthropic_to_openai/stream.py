@@ -11,11 +11,11 @@ https://docs.anthropic.com/en/docs/build-with-claude/streaming
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from gateway.formats.anthropic import stop_reason_of
 from gateway.formats.anthropic_to_openai.answer import usage_from_openai
+from gateway.formats.ids import random_hex
 from gateway.formats.translator import ChunkTranslator, tool_use_id
 from llm_wire.sse import json_event
 
@@ -94,7 +94,7 @@ class AnthropicStreamFromOpenAI(ChunkTranslator):
         # The chunk id, traceable in both logs ("msg_" once, should it be one of ours).
         rest = str(chunk.get("id") or "").removeprefix("chatcmpl-").removeprefix("msg_")
         return json_event({"type": "message_start", "message": {
-            "id": "msg_" + (rest or uuid.uuid4().hex), "type": "message", "role": "assistant",
+            "id": "msg_" + (rest or random_hex()), "type": "message", "role": "assistant",
             "model": self._model or chunk.get("model") or "", "content": [],
             "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0}}}, "message_start")

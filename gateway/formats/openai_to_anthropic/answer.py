@@ -16,13 +16,13 @@ https://platform.openai.com/docs/guides/error-codes
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import orjson
 
 from gateway.errors import UpstreamError
 from gateway.formats.anthropic import error_type_of, finish_reason_of, usage_to_openai
+from gateway.formats.ids import random_hex
 
 __all__ = ["openai_error", "openai_response"]
 
@@ -51,7 +51,7 @@ def openai_response(answer: Any, model: str | None = None) -> dict[str, Any]:
         message["tool_calls"] = calls
     id_ = answer.get("id")  # kept whole, as the stream translator does: traceable in logs
     return {
-        "id": "chatcmpl-" + (id_ if isinstance(id_, str) and id_ else uuid.uuid4().hex),
+        "id": "chatcmpl-" + (id_ if isinstance(id_, str) and id_ else random_hex()),
         "object": "chat.completion", "created": int(time.time()),
         "model": model if model is not None else answer.get("model", ""),
         "choices": [{"index": 0, "message": message, "logprobs": None,

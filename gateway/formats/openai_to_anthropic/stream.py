@@ -11,12 +11,12 @@ https://platform.openai.com/docs/api-reference/chat-streaming
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import orjson
 
 from gateway.formats.anthropic import finish_reason_of, usage_to_openai
+from gateway.formats.ids import random_hex
 from gateway.formats.translator import INVALID_EVENT, EventTranslator, load_object
 from llm_wire.errors import error_body
 from llm_wire.sse import DONE, data_event, json_event
@@ -124,7 +124,7 @@ class OpenAIStreamFromAnthropic(EventTranslator):
         message = message if isinstance(message, dict) else {}
         usage = message.get("usage")
         self._usage = dict(usage) if isinstance(usage, dict) else {}
-        self.id = "chatcmpl-" + str(message.get("id") or uuid.uuid4().hex)
+        self.id = "chatcmpl-" + str(message.get("id") or random_hex())
         self._base = {"id": self.id, "object": "chat.completion.chunk",
                       "created": self._created,
                       "model": self._model or message.get("model") or ""}

@@ -27,12 +27,12 @@ https://platform.openai.com/docs/api-reference/responses-streaming
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
 
 from gateway.formats.answer import Answer
+from gateway.formats.ids import random_hex
 from gateway.formats.responses import response_object
 from gateway.formats.translator import ChunkTranslator
 from llm_wire.sse import json_event
@@ -54,7 +54,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
     def __init__(self, request: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._request = request or {}
-        self._id = "resp_" + uuid.uuid4().hex
+        self._id = "resp_" + random_hex()
         self._seq = 0
         self._model = ""
         self._items: list[dict[str, Any]] = []  # output items so far, in order
@@ -90,8 +90,9 @@ class ResponsesStreamFromChat(ChunkTranslator):
     def _start(self, chunk: dict[str, Any]) -> bytes:
         self._started = True
         self._model = str(chunk.get("model") or "")
-        return self._emit("response.created", {"response": self._response("in_progress")}) \
-            + self._emit("response.in_progress", {"response": self._response("in_progress")})
+        response = self._response("in_progress")  # the same object twice: each is dumped
+        return self._emit("response.created", {"response": response}) \
+            + self._emit("response.in_progress", {"response": response})
 
     def _take_usage(self, usage: dict[str, Any]) -> None:
         self._usage = usage
@@ -107,7 +108,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
         out = b""
         message = self._open
         if message is None or message["type"] != "message":
-            message = {"type": "message", "id": "msg_" + uuid.uuid4().hex,
+            message = {"type": "message", "id": "msg_" + random_hex(),
                        "status": "in_progress", "role": "assistant", "content": []}
             out += self._add(message)
             self._pieces = []
@@ -131,8 +132,8 @@ class ResponsesStreamFromChat(ChunkTranslator):
         out = b""
         item = self._tools.get(key)
         if item is None:
-            item = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex,
-                    "call_id": call.get("id") or "call_" + uuid.uuid4().hex,
+            item = {"type": "function_call", "id": "fc_" + random_hex(),
+                    "call_id": call.get("id") or "call_" + random_hex(),
                     "name": function.get("name") or "", "arguments": "",
                     "status": "in_progress"}
             self._tools[key] = item
