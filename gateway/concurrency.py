@@ -11,11 +11,14 @@ law: position / limit x mean service time) exceeds half of ``max_queue_wait_ms``
 variance), and after ``max_queue_wait_ms`` otherwise, so a shed answer comes fast instead of
 after a timeout.
 Requests whose body is over ``long_prompt_bytes`` may hold at most ``long_lane_share`` of the
-slots, so long prompts cannot starve short ones.
+slots, so long prompts cannot starve short ones; ``low`` priority requests (batch) at most
+``low_priority_share``, so the rest stays free for interactive requests as they arrive, which
+then wait for no batch request to end (a reserve, as Kubernetes' API Priority and Fairness
+gives each priority level its own share of the seats).
 
-On top of the upstreams' limiters: :class:`EntryLimits` (requests in flight per gateway key
-and gateway-wide, checked on arrival) and :class:`ModelLimiters` (a public model's own
-``model_max_concurrency``). All state lives on the event-loop thread.
+On top of the upstreams' limiters (:mod:`gateway.entry_limits`): requests in flight per
+gateway key and gateway-wide, checked on arrival, and a public model's own
+``model_max_concurrency``. All state lives on the event-loop thread.
 
 An upstream that knows its capacity (the local engine: the batch it measured worth running at
 once, local_engine.calibrate; more only wait inside it, out of the gateway's reach) is
@@ -43,11 +46,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.errors import Overloaded, TenantLimited
+from gateway.errors import Overloaded
 from gateway.schema import bounded
 from gateway.service_time import ServiceRates, Work, predicted_wait_ms
 
-__all__ = ["AdmissionPolicy", "EntryLimits", "Limiter", "ModelLimiters", "Shed", "Slot"]
+__all__ = ["AdmissionPolicy", "Limiter", "Shed", "Slot"]
 
 Priority = Literal["high", "normal", "low"]
 PRIORITY_RANK: dict[str, int] = {"high": 0, "normal": 1, "low": 2}
@@ -70,6 +73,8 @@ class AdmissionPolicy:
     #: Bodies larger than this (bytes) go to the long-prompt lane.
     long_prompt_bytes: int = bounded(32_768, ge=1)
     long_lane_share: float = bounded(0.25, ge=0.01, le=1.0)
+    #: The share of the slots ``low`` priority requests may hold at once (1: all of them).
+    low_priority_share: float = bounded(1.0, ge=0.01, le=1.0)
     #: Whole gateway: requests in flight beyond this are shed at once (0: no limit).
     global_max_concurrency: int = bounded(0, ge=0)
     #: Per gateway key: requests in flight beyond this get 429 (0: no limit).
@@ -123,12 +128,14 @@ class Shed(Exception):
 class Slot:
     """One admitted request's hold on its upstream; ``release`` exactly once."""
 
-    __slots__ = ("_limiter", "_long", "predicted_ms", "released", "started", "waited_ms")
+    __slots__ = ("_limiter", "_long", "_low", "predicted_ms", "released", "started",
+                 "waited_ms")
 
     def __init__(self, limiter: Limiter, long: bool, waited_ms: float,
-                 predicted_ms: float | None = None):
+                 predicted_ms: float | None = None, low: bool = False):
         self._limiter = limiter
         self._long = long
+        self._low = low
         self.started = time.perf_counter()
         self.released = False
         self.waited_ms = waited_ms
@@ -147,7 +154,8 @@ class Slot:
             self.released = True
             if self._limiter.running:
                 self._limiter.ended(self, time.perf_counter())
-            self._limiter.on_release(self._long, (time.perf_counter() - self.started) * 1000)
+            self._limiter.on_release(self._long, (time.perf_counter() - self.started) * 1000,
+                                     low=self._low)
 
 
 class Limiter:
@@ -158,6 +166,7 @@ class Limiter:
         self.limit = float(policy.max_concurrency)
         self.in_flight = 0
         self.long_in_flight = 0
+        self.low_in_flight = 0
         self.service_ms = 0.0  # EWMA of slot hold times, for the expected queue wait
         # (priority rank, virtual start, arrival, the waiter, long prompt)
         self._queue: list[tuple[int, float, int, asyncio.Future[None], bool]] = []
@@ -181,27 +190,35 @@ class Limiter:
     def _long_cap(self) -> int:
         return max(1, int(self.limit * self.policy.long_lane_share))
 
-    def _can_run(self, long: bool) -> bool:
+    def _low_cap(self) -> int:
+        return max(1, int(self.limit * self.policy.low_priority_share))
+
+    def _can_run(self, long: bool, low: bool = False) -> bool:
         if self.in_flight >= int(self.limit):
             return False
-        return not long or self.long_in_flight < self._long_cap()
+        return (not long or self.long_in_flight < self._long_cap()) and (
+            not low or self.low_in_flight < self._low_cap())
 
-    def _take(self, long: bool) -> None:
+    def _take(self, long: bool, low: bool = False) -> None:
         self.in_flight += 1
         if long:
             self.long_in_flight += 1
+        if low:
+            self.low_in_flight += 1
 
-    def try_acquire(self, long: bool = False, work: Work | None = None) -> Slot | None:
+    def try_acquire(self, long: bool = False, work: Work | None = None,
+                    low: bool = False) -> Slot | None:
         """A slot now, if one is free and no waiter could take it; else None (then
         :meth:`acquire`, which queues). Without a coroutine: most requests find a slot.
-        ``work``: its service time is predicted, for the waits of those after it."""
+        ``work``: its service time is predicted, for the waits of those after it; ``low``:
+        a low priority request (``low_priority_share``)."""
         if self._queue:
             self._wake()  # after it, a free slot means no waiter could take it
-        if self._can_run(long):
-            self._take(long)
+        if self._can_run(long, low):
+            self._take(long, low)
             rates = self.rates
             return Slot(self, long, 0.0, None if rates is None or work is None
-                        else rates.service_ms(work))
+                        else rates.service_ms(work), low)
         return None
 
     async def acquire(self, priority: str = "normal", long: bool = False,
@@ -213,10 +230,11 @@ class Limiter:
         times its own predicted service time), or (``slo_ms``, the client's time-to-first-
         token objective) when the expected wait alone exceeds it (``slo``), at once rather
         than late."""
-        slot = self.try_acquire(long, work)
+        rank = PRIORITY_RANK.get(priority, 1)
+        low = rank == 2
+        slot = self.try_acquire(long, work, low)
         if slot is not None:
             return slot
-        rank = PRIORITY_RANK.get(priority, 1)
         policy = self.policy
         depth = self.queue_depth
         start = max(self._vtime, self._finish.get(tenant, 0.0))
@@ -249,12 +267,12 @@ class Limiter:
             await fut  # a slot handed over by _wake, or Shed from _expire/_evict_lower
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self.on_release(long, 0.0, sampled=False)  # handed a slot, then cancelled
+                self.on_release(long, 0.0, sampled=False, low=low)  # handed one, then cancelled
             raise
         finally:
             timer.cancel()
             self._queued_ms.pop(fut, None)
-        return Slot(self, long, (time.perf_counter() - started) * 1000, predicted)
+        return Slot(self, long, (time.perf_counter() - started) * 1000, predicted, low)
 
     def _predicted_wait_ms(self, key: tuple[int, float], own_ms: float) -> float:
         """When a seat frees for a request queued at ``key`` (gateway.service_time): the
@@ -291,10 +309,13 @@ class Limiter:
         if slot.predicted_ms:
             self.scale = 0.8 * self.scale + 0.2 * (now - slot.started) * 1000 / slot.predicted_ms
 
-    def on_release(self, long: bool, held_ms: float, sampled: bool = True) -> None:
+    def on_release(self, long: bool, held_ms: float, sampled: bool = True,
+                   low: bool = False) -> None:
         self.in_flight -= 1
         if long:
             self.long_in_flight -= 1
+        if low:
+            self.low_in_flight -= 1
         if sampled:
             self.service_ms = held_ms if not self.service_ms else 0.9 * self.service_ms + \
                 0.1 * held_ms
@@ -310,7 +331,7 @@ class Limiter:
             else:
                 self._queue.remove(entry)
                 heapq.heapify(self._queue)
-            self._take(entry[4])
+            self._take(entry[4], entry[0] == 2)
             self._vtime = max(self._vtime, entry[1])
             entry[3].set_result(None)
         if not self._queue and self._finish:
@@ -323,10 +344,13 @@ class Limiter:
         if not queue:
             return None
         head = queue[0]
-        if not head[4] or self.long_in_flight < self._long_cap():
+        long_full = self.long_in_flight >= self._long_cap()
+        low_full = self.low_in_flight >= self._low_cap()
+        if not (head[4] and long_full) and not (head[0] == 2 and low_full):
             return head
-        # The long lane is full: the first short waiter, in priority order, goes instead.
-        return next((e for e in sorted(queue) if not e[4] and not e[3].done()), None)
+        # Its lane is full: the first waiter of another, in priority order, goes instead.
+        return next((e for e in sorted(queue) if not (e[4] and long_full)
+                     and not (e[0] == 2 and low_full) and not e[3].done()), None)
 
     def on_sample(self, ok: bool, latency_ms: float) -> None:
         policy = self.policy
@@ -337,64 +361,3 @@ class Limiter:
         elif self.in_flight * 2 >= self.limit:
             self.limit = min(float(policy.max_limit), self.limit + 1)
             self._wake()
-
-
-class EntryLimits:
-    """Requests in flight per gateway key, against ``per_key_max_concurrency``, and the
-    gateway-wide ``global_max_concurrency``."""
-
-    def __init__(self) -> None:
-        self.per_key: dict[str, int] = {}
-
-    def enter(self, policy: AdmissionPolicy, key_id: str | None, in_flight: int,
-              retry_after_s: int) -> None:
-        """Count the request in; raises TenantLimited (429) or Overloaded (503)."""
-        if not policy.enabled:
-            return
-        if policy.global_max_concurrency and in_flight > policy.global_max_concurrency:
-            raise Overloaded("the gateway is at its concurrency limit; retry later",
-                             reason="global_limit", retry_after_s=retry_after_s)
-        if key_id is not None:
-            count = self.per_key.get(key_id, 0)
-            if policy.per_key_max_concurrency and count >= policy.per_key_max_concurrency:
-                raise TenantLimited(f"key '{key_id}' has {count} requests in flight, its "
-                                    "limit; retry later", reason="tenant_limit",
-                                    retry_after_s=retry_after_s)
-            self.per_key[key_id] = count + 1
-
-    def leave(self, policy: AdmissionPolicy, key_id: str | None) -> None:
-        """Count the request out (``policy``: the one it entered under)."""
-        if not policy.enabled or key_id is None or key_id not in self.per_key:
-            return
-        count = self.per_key[key_id] - 1
-        if count:
-            self.per_key[key_id] = count
-        else:
-            del self.per_key[key_id]
-
-
-class ModelLimiters:
-    """The limiters of public models with their own ``model_max_concurrency``, made on
-    first use and kept across policy reloads (their queues and adaptive limits with them)."""
-
-    def __init__(self) -> None:
-        self.limiters: dict[str, Limiter] = {}
-
-    def get(self, model: str, policy: AdmissionPolicy) -> Limiter | None:
-        """``model``'s limiter, or None when it has no limit of its own."""
-        limit = policy.model_max_concurrency.get(model) if policy.enabled else None
-        if not limit:
-            return None
-        limiter = self.limiters.get(model)
-        if limiter is None:
-            limiter = Limiter(dataclasses.replace(policy, max_concurrency=limit))
-            self.limiters[model] = limiter
-        return limiter
-
-    def update(self, policy: AdmissionPolicy) -> None:
-        """A new policy: each limiter follows its model's new limit, state kept."""
-        for name, limiter in self.limiters.items():
-            limit = policy.model_max_concurrency.get(name)
-            if limit:
-                limiter.policy = dataclasses.replace(policy, max_concurrency=limit)
-                limiter.limit = float(limit)

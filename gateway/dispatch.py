@@ -205,7 +205,7 @@ class Dispatcher:
             slot: Slot | None = None
             if ticket is not None:  # admission control is on
                 work = None if guard.limiter.rates is None else work_of(ctx.body, len(ctx.raw))
-                slot = guard.limiter.try_acquire(ticket.long, work)
+                slot = guard.limiter.try_acquire(ticket.long, work, ticket.priority == "low")
                 if slot is None:
                     try:
                         slot = await guard.limiter.acquire(ticket.priority, ticket.long,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from gateway.cache.cache import ResponseCache
 from gateway.coalesce.flight import Flights
 from gateway.compression.state import CompressionState
-from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.context import Stage
+from gateway.entry_limits import EntryLimits, ModelLimiters
 from gateway.metrics import Metrics
 from gateway.models import ModelTable
 from gateway.policy import Policy

@@ -21,12 +21,12 @@ from gateway.cache.cache import ResponseCache
 from gateway.cache.policy_verifier import PolicyVerifier, VerifierKind
 from gateway.coalesce.flight import Flights
 from gateway.compression.state import CompressionState
-from gateway.concurrency import EntryLimits, ModelLimiters
 from gateway.config import CacheConfig, Config, UpstreamConfig
 from gateway.dispatch import Dispatch, Dispatcher
 from gateway.drain import Drain
 from gateway.embedding import Embed, LoadEmbedder
 from gateway.engine_metrics import EngineScraper
+from gateway.entry_limits import EntryLimits, ModelLimiters
 from gateway.metrics import Metrics
 from gateway.models import ModelTable
 from gateway.pipeline import Pipeline

@@ -31,8 +31,9 @@ import asyncio
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
-from gateway.concurrency import PRIORITY_RANK, AdmissionPolicy, EntryLimits, ModelLimiters, Shed
+from gateway.concurrency import PRIORITY_RANK, AdmissionPolicy, Shed
 from gateway.context import Next, Outcome, Reply, RequestContext, Ticket
+from gateway.entry_limits import EntryLimits, ModelLimiters
 from gateway.errors import InvalidRequest
 from gateway.metrics import Metrics
 
@@ -125,7 +126,7 @@ class AdmissionStage:
         try:
             limiter = self.model_limiters.get(ctx.target, policy)
             if limiter is not None and ctx.ticket is not None:
-                slot = limiter.try_acquire(ctx.ticket.long) \
+                slot = limiter.try_acquire(ctx.ticket.long, None, ctx.ticket.priority == "low") \
                     or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long,
                                              ctx.key_id, ctx.slo_ms)
             reply = await call_next(ctx)

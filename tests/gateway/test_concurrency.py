@@ -108,6 +108,40 @@ async def test_long_prompts_hold_at_most_their_share_of_slots():
         s.release()
 
 
+async def test_low_priority_holds_at_most_its_share_so_interactive_requests_find_a_slot():
+    lim = limiter(max_concurrency=4, low_priority_share=0.75, max_queue=8)
+    batch = [await lim.acquire("low") for _ in range(3)]
+    waiting = asyncio.create_task(lim.acquire("low"))
+    await asyncio.sleep(0)
+    assert not waiting.done() and lim.in_flight == 3  # a slot kept free for the rest
+    assert lim.try_acquire(low=True) is None
+    interactive = lim.try_acquire()  # no wait behind the batch
+    assert interactive is not None and lim.in_flight == 4
+    interactive.release()  # the free slot is not the batch's to take
+    await asyncio.sleep(0)
+    assert not waiting.done() and lim.in_flight == 3
+    batch[0].release()  # a batch slot ends: the next batch request takes it
+    late = await waiting
+    assert lim.low_in_flight == 3
+    for s in (*batch[1:], late):
+        s.release()
+    assert lim.in_flight == lim.low_in_flight == 0
+
+
+async def test_a_queued_request_passes_a_batch_request_whose_share_is_full():
+    lim = limiter(max_concurrency=2, low_priority_share=0.5, max_queue=8)
+    batch, normal = await lim.acquire("low"), await lim.acquire()
+    second_batch = asyncio.create_task(lim.acquire("low"))
+    await asyncio.sleep(0)
+    later = asyncio.create_task(lim.acquire("high"))
+    await asyncio.sleep(0)
+    normal.release()
+    await later  # the batch request ahead of it may hold no second slot
+    assert not second_batch.done()
+    batch.release()
+    await second_batch
+
+
 async def test_aimd_grows_when_used_and_backs_off_on_errors_and_slowness():
     lim = limiter(limiter="aimd", max_concurrency=10, latency_target_ms=100)
     slots = [await lim.acquire() for _ in range(6)]
