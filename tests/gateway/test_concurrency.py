@@ -57,12 +57,10 @@ async def test_expected_wait_over_the_deadline_sheds_without_waiting():
     lim = limiter(max_queue_wait_ms=100)
     lim.service_ms = 1_000.0  # each slot is held ~1 s: no queued request could make it
     await lim.acquire(), await lim.acquire()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     with pytest.raises(Shed) as exc:
         await lim.acquire()
-    assert exc.value.reason == "queue_full"
-    assert loop.time() - started < 0.05
+    assert exc.value.reason == "queue_full"  # at once: its deadline would say queue_timeout
+    assert lim.queue_depth == 0
 
 
 async def test_priorities_order_the_queue_and_evict_low_first():
