@@ -9,10 +9,28 @@ hold a full, hashed prefix stay cached until their space is needed, oldest first
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence as Tokens
 
+from local_engine.kv_events import KvEvents
 from local_engine.sequence import Sequence
 
-__all__ = ["BlockManager", "OutOfBlocks"]
+__all__ = ["BlockManager", "OutOfBlocks", "block_hash", "block_hashes"]
+
+
+def block_hash(parent: int, tokens: Tokens[int]) -> int:
+    """The hash of a full block of ``tokens`` after the block hashed ``parent`` (0: the
+    first). Deterministic across processes (ints and tuples of ints are not salted), so the
+    gateway computes the same hashes from the same tokens (gateway.replicas)."""
+    return hash((parent, tuple(tokens)))
+
+
+def block_hashes(tokens: Tokens[int], block_size: int) -> list[int]:
+    """The chained hashes of ``tokens``' full blocks, as the engine registers them."""
+    out, h = [], 0
+    for i in range(len(tokens) // block_size):
+        h = block_hash(h, tokens[i * block_size:(i + 1) * block_size])
+        out.append(h)
+    return out
 
 
 class OutOfBlocks(Exception):
@@ -32,6 +50,8 @@ class BlockManager:
         self.cached: OrderedDict[int, int] = OrderedDict()  # unreferenced: block -> hash (LRU)
         self.by_hash: dict[int, int] = {}
         self.hits = 0  # prompt tokens served from cache
+        #: Hashes stored and evicted, for routers (GET /kv_events).
+        self.events = KvEvents()
         self.lookups = 0  # prompt tokens looked up
 
     # -- capacity -------------------------------------------------------------------------
@@ -52,6 +72,7 @@ class BlockManager:
         elif self.cached:
             block, h = self.cached.popitem(last=False)  # evict the least recently used
             del self.by_hash[h]
+            self.events.removed(h)
             self.block_hash[block] = None
         else:
             raise OutOfBlocks()
@@ -72,7 +93,7 @@ class BlockManager:
         hashes: list[int] = []
         h = 0
         for i in range(len(prompt) // bs):
-            h = hash((h, tuple(prompt[i * bs:(i + 1) * bs])))
+            h = block_hash(h, prompt[i * bs:(i + 1) * bs])
             block = self.by_hash.get(h)
             if block is None:
                 break
@@ -116,12 +137,13 @@ class BlockManager:
             return
         h = seq.block_hashes[-1] if done else 0
         for i in range(done, full):
-            h = hash((h, tuple(seq.tokens(i * bs, (i + 1) * bs))))
+            h = block_hash(h, seq.tokens(i * bs, (i + 1) * bs))
             seq.block_hashes.append(h)
             block = seq.block_table[i]
             if self.block_hash[block] is None and h not in self.by_hash:
                 self.block_hash[block] = h
                 self.by_hash[h] = block
+                self.events.stored(h)
 
     def release(self, seq: Sequence) -> None:
         """Give back ``seq``'s blocks; hashed ones stay cached until their space is needed."""

@@ -9,8 +9,10 @@ json_object/json_schema and ``tools``/``tool_choice`` by grammar-constrained dec
 deltas), POST
 /v1/embeddings, POST /v1/completions (scoring only: ``echo: true``, ``max_tokens: 0``,
 ``logprobs: 0`` returns each prompt token's log-probability; see
-:mod:`local_engine.scorer`), GET /v1/models, /metrics, /healthz. A client that disconnects
-aborts its request: its KV blocks are free at the next step.
+:mod:`local_engine.scorer`), GET /v1/models, /metrics, /healthz (with the running and
+waiting sequences and KV blocks used), GET /kv_events (the prefix cache's stored and evicted
+block hashes, :mod:`local_engine.kv_events`). A client that disconnects aborts its request:
+its KV blocks are free at the next step.
 """
 
 from __future__ import annotations
@@ -207,9 +209,31 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
+        core = server.engine.engine
+        load = None if core is None else {
+            "running": len(core.scheduler.running), "waiting": len(core.scheduler.waiting),
+            "kv_blocks": core.blocks.num_blocks, "kv_blocks_used": core.blocks.num_used,
+            "block_size": core.config.block_size}
         return Response(orjson.dumps({"status": "ok", "capacity": server.capacity,
-                                      "dtype": server.dtype, "rates": server.rates}),
+                                      "dtype": server.dtype, "rates": server.rates,
+                                      "load": load}),
                         media_type="application/json")
+
+    async def kv_events(request: Request) -> Response:
+        """The prefix cache's stored/evicted block hashes since ``?since=N`` of
+        ``?epoch=E`` (local_engine.kv_events; a snapshot when those are stale)."""
+        core = server.engine.engine
+        if core is None:
+            return Response(b'{"error": "no chat model"}', 404, media_type="application/json")
+        try:
+            since = int(request.query_params.get("since", "-1"))
+        except ValueError:
+            since = -1
+        blocks = core.blocks
+        body = blocks.events.since(request.query_params.get("epoch", ""), since,
+                                   lambda: blocks.by_hash)
+        body["block_size"] = blocks.block_size
+        return Response(orjson.dumps(body), media_type="application/json")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -223,6 +247,7 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         Route("/v1/models", models, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/kv_events", kv_events, methods=["GET"]),
     ], lifespan=lifespan)
 
 
