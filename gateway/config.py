@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import ConfigError
+from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
 
 __all__ = [
@@ -176,18 +177,31 @@ class UpstreamConfig:
     #: hosted tools and ``previous_response_id`` included; otherwise it is translated to
     #: the upstream's chat endpoint.
     native_responses: bool = False
+    #: ``type = "openai"``: base URLs of replicas of one model server (gateway.replicas),
+    #: or ``discover``, a URL whose host resolves to one address per replica (a Kubernetes
+    #: headless Service), resolved again every ``pool.discover_interval_s``; ``pool``: how
+    #: they are routed and watched. Either one replaces ``base_url``.
+    replicas: tuple[str, ...] = ()
+    discover: str = ""
+    pool: PoolConfig = field(default_factory=PoolConfig)
 
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
         if self.native_responses and self.type != "openai":
             raise ValueError("native_responses applies to type 'openai' only")
+        if (self.replicas or self.discover) and (self.type != "openai" or self.base_url):
+            raise ValueError("replicas and discover apply to type 'openai', without base_url")
+        if self.replicas and self.discover:
+            raise ValueError("set replicas or discover, not both")
+        if self.discover and not self.discover.startswith(("http://", "https://")):
+            raise ValueError("discover must be a URL such as http://engines:8000/v1")
         if self.cancel_on_late_hit is None:
             object.__setattr__(self, "cancel_on_late_hit", self.type == "local")
         if self.type == "anthropic" and not self.base_url:
             object.__setattr__(self, "base_url", "https://api.anthropic.com")
-        if self.type == "openai" and not self.base_url:
-            raise ValueError(f"type {self.type!r} needs base_url")
+        if self.type == "openai" and not (self.base_url or self.replicas or self.discover):
+            raise ValueError(f"type {self.type!r} needs base_url (or replicas, discover)")
         if self.type == "local" and self.base_url:
             raise ValueError("type 'local' takes no base_url: the gateway starts the engine")
 

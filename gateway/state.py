@@ -87,6 +87,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.local import LocalUpstream
 
         return LocalUpstream(name, config)
+    if config.replicas or config.discover:
+        from gateway.replicas.pool import ReplicaPool
+
+        return ReplicaPool(name, config)
     if config.type == "anthropic":
         from gateway.upstreams.anthropic import AnthropicUpstream
 

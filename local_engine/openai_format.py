@@ -30,6 +30,7 @@ __all__ = [
     "chat_chunk",
     "chat_completion",
     "embeddings_response",
+    "encode_chat",
     "parse_chat",
     "parse_embeddings",
     "parse_score",
@@ -168,6 +169,16 @@ def _with_tools(chat: list[dict[str, str]], section: str) -> list[dict[str, str]
         return [{"role": "system", "content": chat[0]["content"] + "\n\n" + section},
                 *chat[1:]]
     return [{"role": "system", "content": section}, *chat]
+
+
+def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The prompt's token ids: ``messages`` (as :func:`parse_chat` gives them) through the
+    tokenizer's chat template, ready for an answer. The gateway's prefix_precise routing
+    calls it too, to compute the very block hashes this engine caches."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
 
 
 def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from local_engine.openai_format import (
     chat_chunk,
     chat_completion,
     embeddings_response,
+    encode_chat,
     parse_chat,
     parse_embeddings,
     parse_score,
@@ -100,11 +101,7 @@ class EngineServer:
                 or await asyncio.to_thread(compile_structured, self.grammars, structured))
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)
+        return encode_chat(self.tokenizer, messages)
 
     def encode_text(self, text: str) -> tuple[list[int], list[int]]:
         """See :func:`local_engine.scorer.encode_text`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -59,3 +60,26 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Lo
         assert app.gateway.upstreams["openai"].enabled is False
         with ServerThread(app) as srv:
             yield srv.url, sink
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with SmolLM2's tokenizer: an engine loads it in moments
+    (test_local_upstream, replicas/test_engine_replicas)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from local_engine.loader import resolve
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=1024, eos_token_id=2, bos_token_id=1,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    smollm2 = resolve()  # converts the packaged GGUF on first use
+    for f in smollm2.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(f, folder / f.name)
+    return folder

@@ -3,7 +3,6 @@ stops it. The engine runs a tiny random Llama with SmolLM2's tokenizer (quick to
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -12,33 +11,14 @@ import httpx
 import numpy as np
 import openai
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from gateway.app import create_app
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.testing.server import ServerThread
 from gateway.upstreams.local import LocalUpstream
-from local_engine.loader import resolve
 from tests.conftest import LogSink
 from tests.gateway.test_compress_stage import PROMPT
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                      max_position_embeddings=1024, eos_token_id=2, bos_token_id=1,
-                      tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    smollm2 = resolve()  # converts the packaged GGUF on first use
-    for f in smollm2.iterdir():
-        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
-            shutil.copy(f, folder / f.name)
-    return folder
 
 
 def write_config(tmp_path: Path, model_dir: Path) -> Path:
