@@ -13,8 +13,9 @@ __all__ = ["EngineKeys"]
 
 class EngineKeys:
     """``keys(body, block_size)`` -> the block hashes the engine registers for this chat
-    request's prompt (empty when the engine would refuse it). Loading raises
-    FileNotFoundError when ``model`` has no tokenizer on this machine."""
+    request's prompt (empty when the engine would refuse it). ``model``: as the engine's
+    ``--model`` ("smollm2", a folder, a GGUF file); loading raises FileNotFoundError when it
+    is not on this machine."""
 
     def __init__(self, model: str) -> None:
         from transformers import AutoTokenizer
@@ -22,9 +23,10 @@ class EngineKeys:
         from local_engine.paths import converted
 
         folder = converted(model)
-        if folder is None:
-            raise FileNotFoundError(f"no converted model {model!r} here: run the engine "
-                                    "once, or name a model folder")
+        if folder is None:  # a GGUF not converted on this machine yet: convert it once
+            from local_engine.loader import resolve
+
+            folder = resolve(model)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
 
     def keys(self, body: Any, block_size: int) -> list[int]:

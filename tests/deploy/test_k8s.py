@@ -15,6 +15,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import kubernetes_validate
@@ -74,7 +75,7 @@ def mounted_policy(overlay: str) -> tuple[Path, str]:
 
 
 def test_the_overlays_are_the_documented_ones() -> None:
-    assert OVERLAYS == ["cpu", "external-redis", "gpu"]
+    assert OVERLAYS == ["cpu", "external-redis", "gpu", "replicas"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -162,6 +163,29 @@ def test_the_gpu_overlay_changes_only_the_engine_settings() -> None:
     assert container(pod, "gateway")["image"].endswith("-cuda")
     assert pod["tolerations"] and pod["nodeSelector"]
     assert "nvidia.com/gpu" not in str(deployment("cpu"))
+
+
+def test_the_replicas_overlay_discovers_its_engines_through_a_headless_service() -> None:
+    base = tomllib.loads((K8S / "base" / "config" / "gateway.toml").read_text())
+    ours = tomllib.loads((K8S / "overlays" / "replicas" / "gateway.toml").read_text())
+    pool = ours["upstreams"].pop("local")
+    base["upstreams"].pop("local")
+    assert ours == base  # the rest as the base's: the models now go to the pool
+    rendered = objects("replicas")
+    service = rendered[("Service", "llm-engine")]["spec"]
+    engines = rendered[("Deployment", "llm-engine")]["spec"]
+    url = urlsplit(pool["discover"])
+    # the gateway resolves the headless Service's name: one A record per ready engine pod
+    assert service["clusterIP"] == "None" and url.hostname == "llm-engine"
+    assert service["selector"].items() <= engines["template"]["metadata"]["labels"].items()
+    engine = container(engines["template"]["spec"], "engine")
+    [port] = [p for p in engine["ports"] if p["name"] == service["ports"][0]["targetPort"]]
+    assert url.port == service["ports"][0]["port"] == port["containerPort"]
+    assert engine["args"][engine["args"].index("--port") + 1] == str(url.port)
+    assert engine["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert engines["replicas"] >= 2 and pool["pool"]["routing"] == "prefix_precise"
+    gateway = container(deployment("replicas")["spec"]["template"]["spec"], "gateway")
+    assert gateway["resources"]["limits"]["memory"] == "2Gi"  # no engine in the gateway pod
 
 
 def test_probes_drain_and_grace_period_fit_together() -> None:
