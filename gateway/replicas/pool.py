@@ -110,8 +110,9 @@ class ReplicaPool(Upstream):
         self._retired: list[Member] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
-        self._engine_keys: Any = None  # gateway.replicas.tokens.EngineKeys (prefix_precise)
-        self._block_size = 16
+        #: gateway.replicas.tokens.EngineKeys, loaded by start() for prefix_precise.
+        self.engine_keys: Any = None
+        self.block_size = 16  # the engines' KV block (tokens), as /kv_events says
         self.cancel_on_late_hit = bool(config.cancel_on_late_hit)
         for url in config.replicas:
             self._add(url)
@@ -156,7 +157,7 @@ class ReplicaPool(Upstream):
         if self.router.keys == "tokens":
             from gateway.replicas.tokens import EngineKeys
 
-            self._engine_keys = await asyncio.to_thread(EngineKeys, self.pool.tokenizer)
+            self.engine_keys = await asyncio.to_thread(EngineKeys, self.pool.tokenizer)
             self._tasks.append(asyncio.create_task(self._every(
                 self.pool.events_interval_s, self._read_events)))
         self._tasks.append(asyncio.create_task(self._every(
@@ -190,12 +191,22 @@ class ReplicaPool(Upstream):
         await asyncio.gather(*(self._health(m) for m in list(self.members.values())))
 
     async def _health(self, member: Member) -> None:
+        """A 200 is healthy (vLLM's /health answers an empty one); our engine's JSON also
+        gives its load and KV size."""
+        assert self._session is not None
         try:
-            body = await self._get(member.root + self.pool.health_path)
-        except (OSError, aiohttp.ClientError, TimeoutError, ValueError):
+            async with self._session.get(member.root + self.pool.health_path) as resp:
+                status, raw = resp.status, await resp.read()
+        except (OSError, aiohttp.ClientError, TimeoutError):
+            status, raw = 0, b""
+        if status != 200:
             self._failed(member)
             return
         member.outlier.succeeded()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
         load = body.get("load") if isinstance(body, dict) else None
         if isinstance(load, dict):
             running, waiting = load.get("running"), load.get("waiting")
@@ -227,7 +238,7 @@ class ReplicaPool(Upstream):
                     else:
                         held.remove((h,))
             member.epoch, member.next_event = body["epoch"], body["next"]
-            self._block_size = int(body.get("block_size", self._block_size))
+            self.block_size = int(body.get("block_size", self.block_size))
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
             return  # /healthz judges the replica's health; the index waits for the next read
 
@@ -265,9 +276,9 @@ class ReplicaPool(Upstream):
             return []
         if kind == "bytes":
             return byte_keys(render(body), self.pool.block_bytes)
-        if self._engine_keys is None:
+        if self.engine_keys is None:
             return []
-        return await asyncio.to_thread(self._engine_keys.keys, body, self._block_size)
+        return await asyncio.to_thread(self.engine_keys.keys, body, self.block_size)
 
     async def _open(self, request: UpstreamRequest, skip: set[str]
                     ) -> tuple[UpstreamResponse, Member]:

@@ -111,6 +111,13 @@ def test_each_conversation_stays_on_the_replica_holding_its_prefix(
                 assert r.usage is not None and r.usage.prompt_tokens_details is not None
                 cached[c].append(r.usage.prompt_tokens_details.cached_tokens or 0)
                 history.append({"role": "assistant", "content": r.choices[0].message.content})
+        if routing == "prefix_precise":  # the gateway computes the very hashes engines hold
+            pool = app.gateway.upstreams["engines"]
+            for history in histories:
+                body = {"model": "tiny", "messages": history[:-1]}
+                keys = set(pool.engine_keys.keys(body, pool.block_size))
+                holders = [u for u in urls if keys <= _held(u)]
+                assert len(keys) > 5 and len(holders) == 1
     for c, seen in enumerate(cached):
         # every later turn reuses (nearly) all of the prompt before it: the same replica
         assert seen[1] > 100 and seen[2] > seen[1], (c, seen)
