@@ -29,6 +29,10 @@ never queues), so an overloaded upstream is not sent twice the load.
     failure_penalty_ms = 5000.0
     hedge_after_ms = { "llama-70b" = 800 }
     hedge_budget = 0.05
+
+**Affinity** (``models = { "gpt-4o" = "affinity" }``, :mod:`gateway.affinity`): the targets
+are deployments of one hosted model, each with its own prompt cache; a conversation stays
+on the one that took it for ``affinity_ttl_s`` after its last request, unless it fails.
 """
 
 from __future__ import annotations
@@ -36,21 +40,26 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
+from gateway.affinity import Affinity
+from gateway.config import Target
 from gateway.schema import bounded
 
-__all__ = ["BalancePolicy", "PeakEwma", "choose"]
+__all__ = ["BalancePolicy", "PeakEwma", "arrange", "choose"]
 
 T = TypeVar("T")
+B = TypeVar("B")
 
 
 @dataclass(frozen=True)
 class BalancePolicy:
-    #: Public model -> how to choose among its targets ("ordered": the fallback list).
-    models: dict[str, Literal["ordered", "peak_ewma"]] = field(default_factory=dict)
+    #: Public model -> how to choose among its targets ("ordered": the fallback list;
+    #: "affinity": a conversation stays on its target while its prompt cache is warm,
+    #: gateway.affinity).
+    models: dict[str, Literal["ordered", "peak_ewma", "affinity"]] = field(default_factory=dict)
     decay_s: float = bounded(10.0, ge=0.001)
     failure_penalty_ms: float = bounded(5000.0, ge=0.0)
     #: Public model -> ms without a first byte after which the request is also sent to the
@@ -60,6 +69,10 @@ class BalancePolicy:
     #: Hedges allowed per request, on average (a token bucket, as the retry budget; none while
     #: most requests are late), so hedging never multiplies an overloaded upstream's load.
     hedge_budget: float = bounded(0.05, ge=0.0, le=1.0)
+    #: "affinity" models: how long a conversation stays with its target after its last
+    #: request (s): the provider's prompt-cache lifetime (OpenAI 5-10 min idle, Anthropic 5
+    #: min by default; OpenRouter keeps a conversation on one provider for 10 min).
+    affinity_ttl_s: float = bounded(300.0, ge=0.0)
 
 
 class PeakEwma:
@@ -101,3 +114,22 @@ def choose(targets: Sequence[T], cost: Callable[[T], float],
         j += 1
     best = i if cost(targets[i]) <= cost(targets[j]) else j
     return [targets[best], *targets[:best], *targets[best + 1:]]
+
+
+class _Guarded(Protocol):
+    ewma: PeakEwma
+
+
+def arrange(policy: BalancePolicy, model: str, targets: Sequence[Target],
+            guards: Mapping[str, _Guarded], affinity: Affinity, body: dict[str, Any],
+            build: Callable[[Target], B]) -> tuple[Sequence[Target], Callable[[Target], B]]:
+    """``model``'s ``targets`` in the order ``policy.models`` asks for it (as they are when
+    it names none), and ``build`` (the request for a target), wrapped for "affinity" to
+    record each target a conversation is sent to."""
+    mode = policy.models.get(model)
+    if mode == "peak_ewma":
+        decay = policy.decay_s
+        return choose(targets, lambda t: guards[t.upstream].ewma.cost(decay)), build
+    if mode == "affinity":
+        return affinity.route(model, targets, body, policy.affinity_ttl_s, build)
+    return targets, build

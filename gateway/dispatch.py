@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gateway import jsonio
-from gateway.balance import choose
+from gateway.affinity import Affinity
+from gateway.balance import arrange
 from gateway.breaker import Breaker
 from gateway.concurrency import Shed, Slot
 from gateway.config import Target
@@ -129,6 +130,7 @@ class Dispatcher:
         self.budget = RetryBudget(policy.retry_budget)
         #: Hedges (gateway.hedge) spent per hedged request, as the retry budget.
         self.hedges = HedgeBudget(policy.balance.hedge_budget)
+        self.affinity = Affinity()  # the "affinity" models' conversations and targets
         self._rand = rand
         self._sleep = sleep
 
@@ -300,9 +302,10 @@ class Dispatch:
         dispatcher, bodies = self.dispatcher, Outbound(ctx, self.dispatcher.upstreams)
         targets: Sequence[Target] = route.targets
         balance = ctx.policy.balance
-        if balance.models and balance.models.get(route.name) == "peak_ewma":
-            guards, decay = dispatcher.guards, balance.decay_s
-            targets = choose(targets, lambda t: guards[t.upstream].ewma.cost(decay))
+        build: Callable[[Target], UpstreamRequest] = bodies.request
+        if balance.models:
+            targets, build = arrange(balance, route.name, targets, dispatcher.guards,
+                                     dispatcher.affinity, ctx.body, build)
         hedge_ms = balance.hedge_after_ms.get(route.name) if balance.hedge_after_ms else None
         early = bodies.early(targets) if ctx.accepted is not None else None
         if hedge_ms is not None and len(targets) > 1:
@@ -312,14 +315,14 @@ class Dispatch:
                 return self._stream_reply(opened, crossing, bodies, ctx, early)
             response = opened
         elif ctx.stream:
-            target, opened = await dispatcher.stream(targets, bodies.request, ctx,
+            target, opened = await dispatcher.stream(targets, build, ctx,
                                                      None if early is None else early.head)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
                 return self._stream_reply(opened, crossing, bodies, ctx, early)
             response = opened  # the upstream refused with a status: pass it on
         else:
-            target, response = await dispatcher.unary(targets, bodies.request, ctx)
+            target, response = await dispatcher.unary(targets, build, ctx)
             crossing = bodies.crossing(target)
         ctx.upstream_ended = time.perf_counter()
         try:
