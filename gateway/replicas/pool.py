@@ -38,6 +38,7 @@ import structlog
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from gateway.replicas.health import Outlier
+from gateway.replicas.load import from_health, from_metrics
 from gateway.replicas.prefix import byte_keys, render
 from gateway.replicas.routing import Replica, make_router
 from gateway.upstreams.base import (
@@ -116,6 +117,12 @@ class ReplicaPool(Upstream):
         self.cancel_on_late_hit = bool(config.cancel_on_late_hit)
         for url in config.replicas:
             self._add(url)
+
+    @property
+    def ready(self) -> bool:
+        """Some replica is not ejected."""
+        now = self.clock()
+        return any(m.outlier.available(now) for m in self.members.values())
 
     # -- membership ------------------------------------------------------------------------
     def _add(self, url: str) -> None:
@@ -206,12 +213,17 @@ class ReplicaPool(Upstream):
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return
+            body = None
+        reported = from_health(body)
+        if reported is None:  # vLLM, SGLang: their Prometheus gauges
+            with contextlib.suppress(OSError, aiohttp.ClientError, TimeoutError):
+                async with self._session.get(member.root + "/metrics") as resp:
+                    if resp.status == 200:
+                        reported = from_metrics((await resp.read()).decode(errors="replace"))
+        if reported is not None:
+            member.state.reported = reported
         load = body.get("load") if isinstance(body, dict) else None
         if isinstance(load, dict):
-            running, waiting = load.get("running"), load.get("waiting")
-            if isinstance(running, int) and isinstance(waiting, int):
-                member.state.reported = running + waiting
             blocks, size = load.get("kv_blocks"), load.get("block_size")
             if isinstance(blocks, int) and isinstance(size, int):
                 p = self.pool

@@ -12,6 +12,7 @@ from gateway.config import UpstreamConfig, load_config
 from gateway.errors import ConfigError
 from gateway.replicas.config import OutlierConfig, PoolConfig
 from gateway.replicas.health import Outlier
+from gateway.replicas.load import from_health, from_metrics
 from gateway.replicas.pool import ReplicaPool
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.upstreams.base import UpstreamRequest
@@ -105,3 +106,15 @@ def test_the_config_rejects_what_a_pool_cannot_be(tmp_path: Path, extra: str,
     path.write_text(f'[upstreams.e]\ntype = "openai"\n{extra}\n')
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+def test_load_is_read_from_our_engine_and_from_vllm_and_sglang_metrics() -> None:
+    assert from_health({"status": "ok", "load": {"running": 3, "waiting": 2}}) == 5
+    assert from_health({"status": "ok"}) is None and from_health(None) is None
+    vllm = ('# HELP vllm:num_requests_running Number of requests running.\n'
+            'vllm:num_requests_running{model_name="m"} 4.0\n'
+            'vllm:num_requests_waiting{model_name="m"} 1.0\n'
+            'vllm:num_requests_swapped{model_name="m"} 9.0\n')
+    assert from_metrics(vllm) == 5
+    assert from_metrics("sglang:num_running_reqs 2\nsglang:num_queue_reqs 7\n") == 9
+    assert from_metrics("process_cpu_seconds_total 1.0\n") is None
