@@ -38,9 +38,9 @@ import structlog
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from gateway.replicas.health import Outlier
-from gateway.replicas.load import from_health, from_metrics
 from gateway.replicas.prefix import byte_keys, render
 from gateway.replicas.routing import Replica, make_router
+from gateway.replicas.watch import Member, read_events, read_health
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
@@ -53,22 +53,6 @@ from gateway.upstreams.openai import OpenAIUpstream
 __all__ = ["ReplicaPool"]
 
 log = structlog.get_logger("gateway.replicas")
-
-
-@dataclasses.dataclass(eq=False)
-class Member:
-    """One replica: its routing state, its HTTP upstream and its outlier record."""
-
-    url: str
-    state: Replica
-    upstream: OpenAIUpstream
-    outlier: Outlier
-    epoch: str = ""  # its KV events read so far (prefix_precise)
-    next_event: int = -1
-
-    @property
-    def root(self) -> str:
-        return self.url.removesuffix("/").removesuffix("/v1")
 
 
 class _Tracked(UpstreamResponse):
@@ -128,9 +112,9 @@ class ReplicaPool(Upstream):
     def _add(self, url: str) -> None:
         p = self.pool
         capacity = int(p.kv_tokens * p.bytes_per_token) // p.block_bytes
-        upstream = OpenAIUpstream(f"{self.name}[{url}]",
-                                  dataclasses.replace(self.config, base_url=url, replicas=(),
-                                                      discover=""))
+        # named as the pool: a client's error message names no internal address
+        upstream = OpenAIUpstream(self.name, dataclasses.replace(
+            self.config, base_url=url, replicas=(), discover=""))
         self.members[url] = Member(url, Replica(url, capacity), upstream, Outlier(p.outlier))
 
     def _set_members(self, urls: list[str]) -> None:
@@ -185,74 +169,22 @@ class ReplicaPool(Upstream):
             await asyncio.sleep(interval_s)
 
     # -- watching --------------------------------------------------------------------------
-    async def _get(self, url: str) -> Any:
-        """``url``'s JSON answer; raises OSError, aiohttp.ClientError, TimeoutError or
-        ValueError (a non-200 or non-JSON answer)."""
-        assert self._session is not None
-        async with self._session.get(url) as resp:
-            if resp.status != 200:
-                raise ValueError(f"status {resp.status}")
-            return orjson.loads(await resp.read())
-
     async def _check_health(self) -> None:
-        await asyncio.gather(*(self._health(m) for m in list(self.members.values())))
-
-    async def _health(self, member: Member) -> None:
-        """A 200 is healthy (vLLM's /health answers an empty one); our engine's JSON also
-        gives its load and KV size."""
         assert self._session is not None
-        try:
-            async with self._session.get(member.root + self.pool.health_path) as resp:
-                status, raw = resp.status, await resp.read()
-        except (OSError, aiohttp.ClientError, TimeoutError):
-            status, raw = 0, b""
-        if status != 200:
-            self._failed(member)
-            return
-        member.outlier.succeeded()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = None
-        reported = from_health(body)
-        if reported is None:  # vLLM, SGLang: their Prometheus gauges
-            with contextlib.suppress(OSError, aiohttp.ClientError, TimeoutError):
-                async with self._session.get(member.root + "/metrics") as resp:
-                    if resp.status == 200:
-                        reported = from_metrics((await resp.read()).decode(errors="replace"))
-        if reported is not None:
-            member.state.reported = reported
-        load = body.get("load") if isinstance(body, dict) else None
-        if isinstance(load, dict):
-            blocks, size = load.get("kv_blocks"), load.get("block_size")
-            if isinstance(blocks, int) and isinstance(size, int):
-                p = self.pool
-                member.state.sent.capacity = int(blocks * size * p.bytes_per_token
-                                                 ) // p.block_bytes
+        members = list(self.members.values())
+        healthy = await asyncio.gather(*(read_health(self._session, m, self.pool)
+                                         for m in members))
+        for member, ok in zip(members, healthy, strict=True):
+            if ok:
+                member.outlier.succeeded()
+            else:
+                self._failed(member)
 
     async def _read_events(self) -> None:
-        await asyncio.gather(*(self._events(m) for m in list(self.members.values())))
-
-    async def _events(self, member: Member) -> None:
-        """Mirror the replica's prefix cache from its KV events (a snapshot when this
-        gateway fell behind or the engine restarted)."""
-        url = f"{member.root}/kv_events?since={member.next_event}&epoch={member.epoch}"
-        try:
-            body = await self._get(url)
-            held = member.state.held
-            if "snapshot" in body:
-                held.clear()
-                held.add(body["snapshot"])
-            else:
-                for op, h in body["events"]:
-                    if op:
-                        held.add((h,))
-                    else:
-                        held.remove((h,))
-            member.epoch, member.next_event = body["epoch"], body["next"]
-            self.block_size = int(body.get("block_size", self.block_size))
-        except (OSError, aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-            return  # /healthz judges the replica's health; the index waits for the next read
+        assert self._session is not None
+        sizes = await asyncio.gather(*(read_events(self._session, m)
+                                       for m in list(self.members.values())))
+        self.block_size = next((size for size in sizes if size), self.block_size)
 
     # -- requests ---------------------------------------------------------------------------
     def _failed(self, member: Member) -> None:
