@@ -155,6 +155,13 @@ class Gateway:
             name: f"http://127.0.0.1:{u.port}/metrics" for name, u in self.upstreams.items()
             if isinstance(u, LocalUpstream)})
         self.metrics.registry.register(self.engine_metrics.collector())
+        from gateway.replicas.pool import ReplicaPool
+
+        pools = [u for u in self.upstreams.values() if isinstance(u, ReplicaPool)]
+        if pools:  # their replicas' state, read at scrape time
+            from gateway.replicas.metrics import PoolCollector
+
+            self.metrics.registry.register(PoolCollector(pools))
         #: /v1/responses' stored responses (previous_response_id, GET by id).
         self.responses = ResponseStore(build_response_records(config), config.responses.ttl_s,
                                        self.upstreams)

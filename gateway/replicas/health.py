@@ -15,13 +15,14 @@ __all__ = ["Outlier"]
 class Outlier:
     """One replica's errors and ejection; ``now`` arguments are monotonic seconds."""
 
-    __slots__ = ("_back_at", "_healthy_since", "consecutive", "ejected_until", "ejections",
-                 "policy")
+    __slots__ = ("_back_at", "_healthy_since", "consecutive", "ejected_total", "ejected_until",
+                 "ejections", "policy")
 
     def __init__(self, policy: OutlierConfig) -> None:
         self.policy = policy
         self.consecutive = 0
-        self.ejections = 0
+        self.ejections = 0  # this run of ejections (the ejection time's factor)
+        self.ejected_total = 0
         self.ejected_until: float | None = None
         self._back_at: float | None = None
         self._healthy_since = 0.0
@@ -55,6 +56,7 @@ class Outlier:
         if now - self._healthy_since > self.policy.max_ejection_s:
             self.ejections = 0  # healthy long enough: the ejection time starts over
         self.ejections += 1
+        self.ejected_total += 1
         p = self.policy
         self.ejected_until = now + min(p.base_ejection_s * self.ejections, p.max_ejection_s)
         self._healthy_since = self.ejected_until

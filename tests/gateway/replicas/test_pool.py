@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import UpstreamConfig, load_config
 from gateway.errors import ConfigError
@@ -16,7 +19,7 @@ from gateway.replicas.load import from_health, from_metrics
 from gateway.replicas.pool import ReplicaPool
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.upstreams.base import UpstreamRequest
-from tests.conftest import FakeServer
+from tests.conftest import FakeServer, GatewayServer
 
 DEAD = "http://127.0.0.1:9/v1"  # nothing listens: connection refused
 
@@ -118,3 +121,31 @@ def test_load_is_read_from_our_engine_and_from_vllm_and_sglang_metrics() -> None
     assert from_metrics(vllm) == 5
     assert from_metrics("sglang:num_running_reqs 2\nsglang:num_queue_reqs 7\n") == 9
     assert from_metrics("process_cpu_seconds_total 1.0\n") is None
+
+
+def test_the_gateway_exports_each_replicas_state(make_gateway: Callable[..., GatewayServer],
+                                                  fake_server: FakeServer) -> None:
+    gw = make_gateway(f"""
+[upstreams.pool]
+type = "openai"
+replicas = ["{DEAD}", "{fake_server.url}/v1"]
+connect_timeout_ms = 500
+
+[upstreams.pool.pool]
+outlier = {{ consecutive_errors = 1 }}
+
+[models.pooled]
+targets = [{{ upstream = "pool", model = "m" }}]
+""")
+    for i in range(3):
+        r = httpx.post(gw.v1 + "/chat/completions", json={
+            "model": "pooled", "messages": [{"role": "user", "content": f"hello {i}"}]})
+        assert r.status_code == 200
+    page = httpx.get(gw.url + "/metrics").text
+    series = {(sample.name, sample.labels["replica"]): sample.value
+              for family in text_string_to_metric_families(page)
+              for sample in family.samples if family.name.startswith("gateway_replica")}
+    live = fake_server.url + "/v1"
+    assert series[("gateway_replica_up", DEAD)] == 0 and series[("gateway_replica_up", live)]
+    assert series[("gateway_replica_ejections_total", DEAD)] == 1
+    assert series[("gateway_replica_in_flight", live)] == 0  # all three answered
