@@ -8,8 +8,9 @@ A deterministic discrete-event simulation (simulated clock, seeded, no sleeping)
 
 Each replica is a fake engine: a prefix cache of ``--kv-tokens`` token slots in blocks of 16
 tokens, LRU-evicted (as :mod:`local_engine.block_manager`; its block hashes are
-:func:`local_engine.block_manager.block_hashes`, and every block it stores or evicts is
-reported to the gateway's ``prefix_precise`` index at once, as the engine's KV events), and
+:func:`local_engine.block_manager.block_hashes`, and every block it stores or evicts reaches
+the gateways' ``prefix_precise`` index ``--events-lag-s`` after the prefill, as the engine's
+KV events read every 0.1 s), and
 a TTFT model: one prefill at a time, first come first served, each taking
 ``fixed_ms + uncached prompt tokens x prefill_ms_per_token``, so a request's TTFT is its wait
 behind the replica's earlier prefills plus its own; then it decodes its output at
@@ -163,21 +164,24 @@ class FakeEngine:
     running: int = 0
     routed: int = 0
     busy_s: float = 0.0
+    evicted: list[int] = field(default_factory=list)
 
     def prefill(self, req: Request) -> tuple[float, int]:
-        """Look the prompt up, store its blocks (reporting them to every gateway's precise
-        index at once, as the engine's KV events); returns (prefill seconds, prompt tokens
-        served from the cache)."""
+        """Look the prompt up and store its blocks (``evicted``: the blocks that made room);
+        returns (prefill seconds, prompt tokens served from the cache)."""
         matched = self.cache.match(req.token_keys)
         cached = min(matched * BLOCK, req.tokens - 1)
-        evicted = self.cache.add(req.token_keys)
-        for state in self.states:
-            state.held.add(req.token_keys)
-            state.held.remove(evicted)
+        self.evicted = self.cache.add(req.token_keys)
         p = self.params
         seconds = (p["fixed_ms"] + (req.tokens - cached) * p["prefill_ms_per_token"]) / 1000
         self.busy_s += seconds
         return seconds, cached
+
+    def report(self, stored: list[int], evicted: list[int]) -> None:
+        """Its KV events reach every gateway's precise index."""
+        for state in self.states:
+            state.held.add(stored)
+            state.held.remove(evicted)
 
     def count(self, delta: int) -> None:
         """A request more or less on it: every gateway sees the total in its reports."""
@@ -187,10 +191,12 @@ class FakeEngine:
 
 
 def simulate(policy: str, conversations: list[Conversation], replicas: int,
-             params: dict[str, float], seed: int, gateways: int) -> dict[str, Any]:
+             params: dict[str, float], seed: int, gateways: int,
+             events_lag_s: float) -> dict[str, Any]:
     """Every conversation through ``gateways`` gateway processes (requests spread over them
     in turn, as a load balancer in front of them would), each with its own router and its
-    own view of the replicas."""
+    own view of the replicas; an engine's KV events reach them ``events_lag_s`` after the
+    prefill that made them."""
     now = 0.0
     routers: list[Router] = [make_router(cast(RoutingName, policy), clock=lambda: now)
                              for _ in range(gateways)]
@@ -223,6 +229,8 @@ def simulate(policy: str, conversations: list[Conversation], replicas: int,
         total += req.tokens
         engine.busy = True
         push(now + seconds, "prefilled", (engine, arrived, req, g))
+        # the engine registers the blocks as it computes them; gateways read them later
+        push(now + seconds + events_lag_s, "report", (engine, req.token_keys, engine.evicted))
 
     while events:
         now, _, kind, payload = heapq.heappop(events)
@@ -249,6 +257,9 @@ def simulate(policy: str, conversations: list[Conversation], replicas: int,
             engine.busy = False
             if engine.queue:
                 start(engine)
+        elif kind == "report":
+            engine, stored, evicted = payload
+            engine.report(stored, evicted)
         else:  # done
             engine, req, g = payload
             engine.states[g].in_flight -= 1
@@ -310,6 +321,9 @@ def main() -> int:
     parser.add_argument("--gateways", type=int, default=2,
                         help="gateway processes, requests spread over them in turn (the "
                              "k8s base runs 2)")
+    parser.add_argument("--events-lag-s", type=float, default=0.1,
+                        help="KV events reach the gateways this long after the prefill "
+                             "(the pool reads /kv_events every 0.1 s)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     params = {**ENGINE, "kv_tokens": args.kv_tokens}
@@ -325,7 +339,7 @@ def main() -> int:
         conversations[c].start = at
         at += rng.expovariate(rate)
     results = {p: simulate(p, conversations, args.replicas, params, args.seed,
-                            args.gateways)
+                            args.gateways, args.events_lag_s)
                for p in POLICIES}
     unbounded = unbounded_hit_rate(conversations)
     best, rr = results["prefix_precise"], results["round_robin"]
@@ -340,7 +354,7 @@ def main() -> int:
     requests = sum(len(c.requests) for c in conversations)
     doc = {"params": {**params, "block_tokens": BLOCK, "bytes_per_token": BYTES_PER_TOKEN,
                       "approx_block_bytes": BLOCK_BYTES, "replicas": args.replicas,
-                      "gateways": args.gateways,
+                      "gateways": args.gateways, "events_lag_s": args.events_lag_s,
                       "utilization": args.utilization, "conversations_per_s": round(rate, 4),
                       "conversations": len(conversations), "requests": requests,
                       "seed": args.seed},
