@@ -59,11 +59,16 @@ class Replica:
         self.weight = 1.0
 
     @property
-    def load(self) -> float:
-        """Requests on it (the larger of this gateway's count and its own report), inflated
-        while it ramps back after an ejection."""
-        base = max(self.in_flight, self.reported)
-        return base if self.weight >= 1.0 else (base + 1) / max(self.weight, 0.05)
+    def load(self) -> int:
+        """Requests on it: the larger of this gateway's count and its own report."""
+        return max(self.in_flight, self.reported)
+
+    @property
+    def cost(self) -> float:
+        """Its load, inflated while it ramps back after an ejection (``weight`` < 1), so it
+        comes last among equals and takes a growing share."""
+        load = max(self.in_flight, self.reported)
+        return load if self.weight >= 1.0 else (load + 1) / max(self.weight, 0.05)
 
     def expect(self, keys: Sequence[int], until: float) -> None:
         """``keys`` were just sent: they count as held until ``until`` (s) or a report."""
@@ -111,10 +116,10 @@ class RoundRobin(Router):
 
 
 def _by_load(replicas: Sequence[Replica], start: int) -> list[Replica]:
-    """Least loaded first; ties in a rotating order from ``start``, so equal replicas
-    share the requests instead of the first taking them all."""
+    """Least loaded first (by :attr:`Replica.cost`); ties in a rotating order from
+    ``start``, so equal replicas share the requests instead of the first taking them all."""
     n = len(replicas)
-    return [replicas[i] for i in sorted(range(n), key=lambda i: (replicas[i].load,
+    return [replicas[i] for i in sorted(range(n), key=lambda i: (replicas[i].cost,
                                                                  (i - start) % n))]
 
 
@@ -148,7 +153,8 @@ class CacheAware(Router):
     def order(self, replicas: Sequence[Replica], keys: Sequence[int]) -> list[Replica]:
         self._turn += 1
         ranked = _by_load(replicas, self._turn)
-        least, most = ranked[0].load, ranked[-1].load
+        loads = [r.load for r in ranked]  # a ramping replica's raw load: no imbalance
+        least, most = min(loads), max(loads)
         chosen = ranked[0]
         balanced = not (most - least > self.abs_threshold
                         and most > self.rel_threshold * least)
@@ -164,7 +170,7 @@ class CacheAware(Router):
             if matches[best] > self.cache_threshold * len(keys):
                 chosen = ranked[best]
             else:  # nobody holds much of it: the least loaded, with the most room
-                low = [r for r in ranked if r.load == least]
+                low = [r for r in ranked if r.cost == ranked[0].cost]
                 chosen = min(low, key=lambda r: len(r.held if self.precise else r.sent))
         if keys:
             if self.precise:

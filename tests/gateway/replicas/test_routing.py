@@ -69,3 +69,18 @@ def test_prefix_precise_scores_what_the_engines_report_and_what_was_just_sent() 
     now[0] = 5.0  # no report confirmed them: they no longer count
     pool[1].in_flight = 1
     assert router.order(pool, keys)[0].name == "a"
+
+
+def test_a_replica_back_from_ejection_ramps_up_without_turning_prefix_routing_off() -> None:
+    pool = [Replica(n, capacity_blocks=1000) for n in "ab"]
+    router = make_router("prefix")
+    keys = byte_keys(_chat("a long conversation"), 32)
+    holder = router.order(pool, keys)[0]
+    other = pool[1] if holder is pool[0] else pool[0]
+    holder.weight = 0.1  # just back from an ejection
+    assert router.order(pool, keys)[0] is holder  # its conversation still goes to it
+    fresh = byte_keys(render({"messages": [{"role": "user", "content": "new " * 40}]}), 32)
+    assert router.order(pool, fresh)[0] is other  # equal loads: the ramping one last
+    holder.weight, other.in_flight = 1.0, 1
+    assert router.order(pool, byte_keys(render({"messages": [
+        {"role": "user", "content": "other " * 40}]}), 32))[0] is holder
