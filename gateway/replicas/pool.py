@@ -15,7 +15,9 @@ Health (Envoy's outlier detection, :mod:`gateway.replicas.health`): connection f
 5xx answers and failed ``/healthz`` reads count against a replica; enough in a row eject it
 for a while; back, it ramps up. ``/healthz`` is read every ``health_interval_s``: our
 engine's reports its running and waiting sequences (the load the policies weigh when several
-gateways share the replicas) and its KV blocks (the approximate index's bound). With
+gateways share the replicas), its KV blocks (the approximate index's bound) and its
+capacity: the pool's is the sum over the replicas taking requests, which admission follows
+(gateway.concurrency.AdmissionPolicy.for_capacity). With
 ``routing = "prefix_precise"``, each replica's ``/kv_events`` is read every
 ``events_interval_s``: the block hashes it stored and evicted (local_engine.kv_events).
 """
@@ -41,6 +43,7 @@ from gateway.replicas.health import Outlier
 from gateway.replicas.prefix import byte_keys, render
 from gateway.replicas.routing import Replica, make_router
 from gateway.replicas.watch import Member, read_events, read_health
+from gateway.service_time import ServiceRates
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
@@ -99,6 +102,7 @@ class ReplicaPool(Upstream):
         self.engine_keys: Any = None
         self.block_size = 16  # the engines' KV block (tokens), as /kv_events says
         self.cancel_on_late_hit = bool(config.cancel_on_late_hit)
+        self._capacity_changed: list[Callable[[int | None, ServiceRates | None], None]] = []
         for url in config.replicas:
             self._add(url)
 
@@ -179,6 +183,16 @@ class ReplicaPool(Upstream):
                 member.outlier.succeeded()
             else:
                 self._failed(member)
+        now = self.clock()
+        known = [m.capacity for m in members if m.capacity and m.outlier.available(now)]
+        capacity = sum(known) if known else None
+        if capacity != self.capacity:  # admission follows the replicas taking requests
+            self.capacity = capacity
+            for changed in self._capacity_changed:
+                changed(capacity, None)
+
+    def on_capacity(self, changed: Callable[[int | None, ServiceRates | None], None]) -> None:
+        self._capacity_changed.append(changed)
 
     async def _read_events(self) -> None:
         assert self._session is not None

@@ -31,6 +31,8 @@ class Member:
     outlier: Outlier
     epoch: str = ""  # its KV events read so far (prefix_precise)
     next_event: int = -1
+    #: The requests it serves at once, when its /healthz says (our engine's "capacity").
+    capacity: int | None = None
 
     @property
     def root(self) -> str:
@@ -62,6 +64,8 @@ async def read_health(session: aiohttp.ClientSession, member: Member,
                     reported = from_metrics((await resp.read()).decode(errors="replace"))
     if reported is not None:
         member.state.reported = reported
+    capacity = body.get("capacity") if isinstance(body, dict) else None
+    member.capacity = capacity if isinstance(capacity, int) and capacity >= 1 else None
     load = body.get("load") if isinstance(body, dict) else None
     if isinstance(load, dict):
         blocks, size = load.get("kv_blocks"), load.get("block_size")

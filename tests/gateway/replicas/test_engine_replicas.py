@@ -111,8 +111,12 @@ def test_each_conversation_stays_on_the_replica_holding_its_prefix(
                 assert r.usage is not None and r.usage.prompt_tokens_details is not None
                 cached[c].append(r.usage.prompt_tokens_details.cached_tokens or 0)
                 history.append({"role": "assistant", "content": r.choices[0].message.content})
+        pool = app.gateway.upstreams["engines"]
+        deadline = time.monotonic() + 30
+        while pool.capacity != 16 and time.monotonic() < deadline:  # its health reads
+            time.sleep(0.05)
+        assert pool.capacity == 16  # admission takes both engines' batches (8 each)
         if routing == "prefix_precise":  # the gateway computes the very hashes engines hold
-            pool = app.gateway.upstreams["engines"]
             for history in histories:
                 body = {"model": "tiny", "messages": history[:-1]}
                 keys = set(pool.engine_keys.keys(body, pool.block_size))
