@@ -32,10 +32,12 @@ class PoolConfig:
 
     routing: Literal["round_robin", "least_load", "prefix", "prefix_precise"] = "prefix"
     #: Route to the replica holding the longest prefix when it covers more than this share
-    #: of the prompt (SGLang's router: 0.5); else to the least loaded.
+    #: of the prompt (SGLang's router: 0.3 or 0.5 by version); else to the least loaded.
     cache_threshold: float = bounded(0.5, ge=0.0, le=1.0)
     #: The pool is imbalanced (least loaded replica first, whatever it holds) when the most
-    #: and least loaded differ by more than this many requests and by this factor.
+    #: and least loaded differ by more than this many requests and by this factor. SGLang's
+    #: router uses 32-64 requests and 1.1-1.5x, for GPU servers' batches; 4 suits batches
+    #: of 8-32 (a CPU engine's; bench/replicas.py: imbalance 1.03 at 4 replicas).
     balance_abs_threshold: float = bounded(4.0, ge=0.0)
     balance_rel_threshold: float = bounded(1.5, ge=1.0)
     #: ``prefix``: bytes a block of the approximate index covers, and the KV cache each
