@@ -21,8 +21,6 @@ from gateway.config import load_config
 from gateway.testing.server import ServerThread
 from gateway.upstreams.ports import free_port
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
 
 @pytest.fixture(scope="module")
 def engines(tiny_model_dir: Path) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
