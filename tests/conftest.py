@@ -183,17 +183,19 @@ def gw(make_gateway: Callable[..., GatewayServer]) -> GatewayServer:
     return make_gateway()
 
 
-def wait_until_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    """Poll a ``gateway serve`` subprocess's /readyz until it answers 200; fails the test if
-    the process exits or ``timeout`` seconds pass first."""
+def wait_until_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0,
+                     path: str = "/readyz") -> None:
+    """Poll a subprocess's ``path`` (a ``gateway serve``'s /readyz, an engine's /healthz)
+    until it answers 200; fails the test if the process exits or ``timeout`` seconds pass
+    first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(url + "/readyz").status_code == 200:
+            if httpx.get(url + path).status_code == 200:
                 return
         except httpx.TransportError:
             pass
-        assert process.poll() is None and time.monotonic() < deadline, "gateway did not start"
+        assert process.poll() is None and time.monotonic() < deadline, f"{url} did not start"
         time.sleep(0.05)
 
 

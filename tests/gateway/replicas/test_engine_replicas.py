@@ -20,6 +20,7 @@ from gateway.app import create_app
 from gateway.config import load_config
 from gateway.testing.server import ServerThread
 from gateway.upstreams.ports import free_port
+from tests.conftest import wait_until_ready
 
 
 @pytest.fixture(scope="module")
@@ -37,24 +38,12 @@ def engines(tiny_model_dir: Path) -> Iterator[list[tuple[str, subprocess.Popen[b
         started.append((f"http://127.0.0.1:{port}", process))
     try:
         for url, process in started:
-            _wait_healthy(url, process)
+            wait_until_ready(url, process, 120, "/healthz")
         yield started
     finally:
         for _, process in started:
             process.kill()
             process.wait()
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(url + "/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, "engine did not start"
-        time.sleep(0.1)  # polling a start-up, not timing a result
 
 
 def _gateway(tmp_path: Path, urls: list[str], routing: str, tokenizer: Path) -> Any:
