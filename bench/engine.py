@@ -30,6 +30,11 @@ Part 6 (``--structured``, run alone): grammar-constrained decoding, free vs. con
 tokens/s at batch 1 and 32 and the τ-bench tools' grammar compile times
 (``bench/engine_structured.py``).
 
+Part 7 (``--e2e``, run alone): speculation on vs. off end to end, through ``gateway serve``
+with two local upstreams (``bench/engine_e2e.py``): whole-request tokens/s at batch 1
+(input-grounded and MT-Bench, alternating request by request) and at batch 32, greedy
+answers compared.
+
 Part 4 (``--baseline-rev REV``): the engine of this tree against the engine of git revision
 REV (e.g. the commit before the lean decode step), side by side in one run: engine tokens/s
 at each ``--concurrency`` and prefix-hit/miss TTFT, each measured in a fresh child process
@@ -61,6 +66,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # A child measuring another revision's engine imports it from ENGINE_BENCH_SOURCE.
 sys.path.insert(0, os.environ.get("ENGINE_BENCH_SOURCE") or str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
+
+import engine_e2e
 
 from local_engine.async_engine import AsyncEngine
 from local_engine.engine import Engine, EngineConfig, detokenize
@@ -302,7 +309,13 @@ async def main() -> None:
     parser.add_argument("--structured-max-tokens", type=int, default=64)
     parser.add_argument("--structured-rounds", type=int, default=2)
     parser.add_argument("--structured-compile-rounds", type=int, default=5)
+    engine_e2e.add_arguments(parser)
     args = parser.parse_args()
+    if args.e2e:
+        res = engine_e2e.e2e(args)
+        print(orjson.dumps({"e2e": res}, option=orjson.OPT_INDENT_2).decode())
+        print("summary: " + engine_e2e.e2e_summary(res))
+        return
     if args.engine_figures:
         print(orjson.dumps(await engine_figures(args)).decode())
         return
