@@ -145,6 +145,10 @@ class Engine:
         tokens = self.runner.step(batch)
         now = time.perf_counter()
         stats = StepStats(len(batch), sum(sc.num_new for sc in batch))
+        proposer = self.scheduler.proposer
+        if proposer is not None and all(sc.decodes for sc in batch):
+            # what a decode step costs at this many tokens: speculation's price
+            proposer.observe_step(stats.num_tokens, (now - t0) * 1e3)
         outputs: list[Output] = []
         for sc, new in zip(batch, tokens, strict=True):
             seq = sc.seq

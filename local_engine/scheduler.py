@@ -12,8 +12,9 @@ during decoding, the newest running sequence is preempted and recomputed later.
 With a draft proposer (speculative decoding), a decoding sequence may get draft tokens to
 verify in the same step: KV slots are reserved for all of them (or, when blocks are short,
 none: the sequence decodes plainly rather than preempting another for a guess), and they
-count against ``max_batch_tokens``. Drafts live only in the step's :class:`Scheduled`: a
-preempted sequence has none.
+count against ``max_batch_tokens``. The proposer sees all of a step's drafts before any is
+scheduled and keeps those worth verifying at this batch size (``Proposer.select``). Drafts
+live only in the step's :class:`Scheduled`: a preempted sequence has none.
 """
 
 from __future__ import annotations
@@ -40,8 +41,18 @@ class Proposer(Protocol):
         """At most ``limit`` (>= 1) draft tokens to verify after ``seq``'s last token."""
         ...
 
+    def select(self, drafts: list[tuple[Sequence, list[int]]], decoding: int
+               ) -> list[list[int]]:
+        """The step's drafts (``(seq, draft)`` of those that got one), each cut to what is
+        worth verifying in a step with ``decoding`` decoding sequences."""
+        ...
+
     def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
         """How many of the ``proposed`` draft tokens the model accepted."""
+        ...
+
+    def observe_step(self, tokens: int, ms: float) -> None:
+        """A decode-only step computed ``tokens`` tokens in ``ms`` (scheduling included)."""
         ...
 
 
@@ -111,13 +122,16 @@ class Scheduler:
         batch: list[Scheduled] = []
         # 1. decodes, one token each (and their drafts, when speculation pays this step)
         decoding = [seq for seq in self.running if not seq.in_prefill]
+        drafts: dict[int, list[int]] = {}
         proposer = self.proposer
-        if proposer is not None and not proposer.active(len(decoding)):
-            proposer = None
+        if proposer is not None and proposer.active(len(decoding)):
+            found = [(seq, d) for seq in decoding if (d := self._draft(proposer, seq))]
+            kept = proposer.select(found, len(decoding))
+            drafts = {id(seq): d for (seq, _), d in zip(found, kept, strict=True)}
         for seq in decoding:
             if seq not in self.running:  # preempted for an earlier one's block
                 continue
-            draft = self._draft(proposer, seq) if proposer is not None else []
+            draft = drafts.get(id(seq), [])
             forced = False
             if not draft and seq.matcher is not None and self.max_forced:
                 draft = self._forced(seq)

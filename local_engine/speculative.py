@@ -25,6 +25,7 @@ floating-point ties).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -33,7 +34,7 @@ import torch
 from local_engine.sampling import draw, sampling_tensors, target_probs, uniform
 from local_engine.sequence import SamplingParams, Sequence
 
-__all__ = ["DraftState", "NgramProposer", "SpecConfig", "verify"]
+__all__ = ["DraftState", "NgramProposer", "SpecConfig", "StepCost", "verify"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,14 @@ class SpecConfig:
     load without such a cut). A sequence whose recent share of accepted draft tokens falls
     below ``min_acceptance`` stops drafting for ``pause_steps`` steps (its rate is an
     exponential moving average with weight ``ewma`` on the newest draft).
+
+    Within those bounds every step keeps only the draft tokens that pay (``goodput``): a
+    draft token's expected gain is its sequence's acceptance probability to the power of its
+    position, its cost the step time one more token adds, measured on this machine while
+    serving (:class:`StepCost`); the step verifies the drafts that maximise expected tokens
+    per second (SmartSpec: Liu et al., "Optimizing Speculative Decoding for Serving Large
+    Language Models Using Goodput", 2024). ``token_cost`` fixes a token's cost as a share of
+    a step's fixed cost instead of measuring it (0: every draft pays, as without the rule).
 
     The defaults suit a CPU, where verifying extra tokens costs real compute: on a GPU a
     decode step is launch- or memory-bound and ``max_batch_size`` can be much larger (an
@@ -62,6 +71,8 @@ class SpecConfig:
     min_acceptance: float = 0.25
     pause_steps: int = 16
     ewma: float = 0.3
+    goodput: bool = True
+    token_cost: float | None = None
 
     def __post_init__(self) -> None:
         if self.method != "ngram":
@@ -93,14 +104,67 @@ class DraftState:
     rate: float = 1.0  # recent accepted / proposed draft tokens
     paused: int = 0  # steps left without drafting
     k: int = 0  # draft length now (0: not set yet)
+    # per-token acceptance probability, as recent accepted tokens over recent trials (a
+    # draft token accepted, or the one rejection that ends a draft); None: not drafted yet
+    hits: float = 0.0
+    trials: float = 0.0
+
+
+class StepCost:
+    """What a decode step costs on this machine, ``ms = fixed + per_token * tokens``,
+    measured while serving: for each token count, the fastest of its last ``window`` steps
+    (whatever else runs on the machine only adds time; the minimum is the step's own cost,
+    as :mod:`local_engine.calibrate` takes it), and a least-squares line through the counts
+    seen at least ``min_samples`` times. With fewer than two such counts a token costs
+    ``prior`` of the fixed cost (a 135M model's decode step on a 2-core CPU: about 3 ms a
+    token over 50 ms)."""
+
+    def __init__(self, window: int = 32, min_samples: int = 4, prior: float = 0.06):
+        self.window = window
+        self.min_samples = min_samples
+        self.prior = prior
+        self.samples: dict[int, deque[float]] = {}
+        self._fit: tuple[float, float] | None = None
+
+    def observe(self, tokens: int, ms: float) -> None:
+        """A decode-only step that computed ``tokens`` tokens in ``ms``."""
+        q = self.samples.get(tokens)
+        if q is None:
+            q = self.samples[tokens] = deque(maxlen=self.window)
+        q.append(ms)
+        self._fit = None
+
+    def ratio(self) -> float | None:
+        """A token's cost over a step's fixed cost (None: no step seen yet)."""
+        if self._fit is None:
+            points = [(t, min(q)) for t, q in self.samples.items()
+                      if len(q) >= self.min_samples]
+            if not points:
+                return None
+            if len(points) == 1:
+                t, ms = points[0]
+                fixed = ms / (1 + self.prior * t)
+                self._fit = (fixed, self.prior * fixed)
+            else:
+                n = len(points)
+                mx = sum(t for t, _ in points) / n
+                my = sum(ms for _, ms in points) / n
+                var = sum((t - mx) ** 2 for t, _ in points)
+                slope = max(0.0, sum((t - mx) * (ms - my) for t, ms in points) / var)
+                self._fit = (max(my - slope * mx, 1e-6), slope)
+        fixed, per_token = self._fit
+        return per_token / fixed
 
 
 class NgramProposer:
     """Drafts for the scheduler and the per-sequence acceptance bookkeeping (no torch work;
-    a :class:`~local_engine.scheduler.Proposer`)."""
+    a :class:`~local_engine.scheduler.Proposer`). ``alpha`` is the acceptance probability
+    of a draft token over all sequences lately, a new sequence's estimate."""
 
     def __init__(self, config: SpecConfig):
         self.config = config
+        self.cost = StepCost()
+        self.alpha = 0.5
 
     def active(self, num_decoding: int) -> bool:
         """Is speculation worth its work in a step with this many decoding sequences?"""
@@ -144,15 +208,75 @@ class NgramProposer:
                     index[tuple(tokens[end - n - first:end - first])] = end
         state.indexed = length
 
+    def observe_step(self, tokens: int, ms: float) -> None:
+        """A decode-only step's cost (:class:`StepCost`)."""
+        self.cost.observe(tokens, ms)
+
+    def acceptance(self, seq: Sequence) -> float:
+        """The estimated probability that ``seq``'s next draft token is accepted."""
+        state: DraftState | None = seq.draft
+        if state is None or state.trials <= 0:
+            return self.alpha
+        return state.hits / state.trials
+
+    def select(self, drafts: list[tuple[Sequence, list[int]]], decoding: int
+               ) -> list[list[int]]:
+        """The drafts worth verifying in a step with ``decoding`` decoding sequences: each
+        cut to the length that maximises the step's expected tokens per unit of time. Draft
+        token j (from 1) of a sequence with acceptance ``a`` adds ``a ** j`` expected tokens
+        and one token of work; tokens are kept best first while the ratio grows. A sequence
+        whose whole draft is cut pauses drafting (``pause_steps``), its estimate moved
+        halfway back to the overall one, so that it tries again later."""
+        c = self.config
+        if not c.goodput or not drafts:
+            return [d for _, d in drafts]
+        ratio = c.token_cost if c.token_cost is not None else self.cost.ratio()
+        if ratio is None:
+            ratio = self.cost.prior
+        gains = sorted(((self.acceptance(seq) ** (j + 1), i)
+                        for i, (seq, d) in enumerate(drafts) for j in range(len(d))),
+                       reverse=True)
+        # time in units of a step's fixed cost: 1 + ratio * tokens
+        tokens, value = decoding, float(decoding)
+        best, best_n = value / (1 + ratio * tokens), 0
+        for n, (gain, _) in enumerate(gains, 1):
+            tokens += 1
+            value += gain
+            rate = value / (1 + ratio * tokens)
+            if rate > best * (1 + 1e-9):
+                best, best_n = rate, n
+        keep = [0] * len(drafts)
+        for _, i in gains[:best_n]:
+            keep[i] += 1
+        out = []
+        for (seq, d), n in zip(drafts, keep, strict=True):
+            if d and not n:
+                state: DraftState = seq.draft
+                state.paused = c.pause_steps
+                if state.trials > 0:
+                    own = state.hits / state.trials
+                    state.hits = state.trials * (own + self.alpha) / 2
+            out.append(d[:n])
+        return out
+
     def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
         """Record a verified draft: the next draft is 2 tokens longer after a fully
         accepted one (up to ``num_tokens``), 1 shorter otherwise (Hugging Face assisted
-        generation's "heuristic" schedule); drafting pauses when the rate falls too low."""
+        generation's "heuristic" schedule); drafting pauses when the rate falls too low.
+        The acceptance estimates count the accepted tokens and the rejection, if any, that
+        ended the draft (a geometric run's trials)."""
         state: DraftState = seq.draft
         c = self.config
         k = state.k or c.num_tokens
         state.k = min(c.num_tokens, k + 2) if accepted == proposed else max(1, k - 1)
         state.rate = (1 - c.ewma) * state.rate + c.ewma * accepted / proposed
+        trials = accepted + (accepted < proposed)
+        if state.trials <= 0:  # the first draft: start from the overall estimate
+            state.hits, state.trials = self.alpha, 1.0
+        state.hits = (1 - c.ewma) * state.hits + c.ewma * accepted
+        state.trials = (1 - c.ewma) * state.trials + c.ewma * trials
+        w = c.ewma / 4  # the overall estimate moves more slowly
+        self.alpha = (1 - w) * self.alpha + w * accepted / trials
         if state.rate < c.min_acceptance:
             state.paused = c.pause_steps
             state.rate = c.min_acceptance  # one good draft after the pause resumes it

@@ -15,7 +15,7 @@ from local_engine.cuda_graphs import DecodeGraphs
 from local_engine.engine import Engine
 from local_engine.sampling import target_probs
 from local_engine.sequence import SamplingParams, Sequence
-from local_engine.speculative import SpecConfig, verify
+from local_engine.speculative import DraftState, NgramProposer, SpecConfig, StepCost, verify
 
 SPEC = SpecConfig(num_tokens=4, min_n=2, max_n=4, max_batch_size=8)
 
@@ -134,8 +134,15 @@ class Oracle:
         done = len(seq.output_ids)
         return self.expected[done:done + min(self.k, limit)]
 
+    def select(self, drafts: list[tuple[Sequence, list[int]]], decoding: int
+               ) -> list[list[int]]:
+        return [d for _, d in drafts]
+
     def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
         assert accepted == proposed
+
+    def observe_step(self, tokens: int, ms: float) -> None:
+        pass
 
 
 @pytest.mark.parametrize("end", ["eos", "stop", "max_tokens", "max_model_len"])
@@ -300,3 +307,61 @@ def test_padded_decode_steps_of_the_cuda_graph_path_give_the_same_outputs(
     got, _ = run_all(padded, prompts, params)
     assert [s.output_ids for s in got] == [s.output_ids for s in expected]
     assert (padded.acceptance_length > 1.5) == (spec is not None)
+
+
+def test_step_cost_fits_the_fastest_step_of_each_size() -> None:
+    cost = StepCost(min_samples=2)
+    assert cost.ratio() is None
+    for tokens in (1, 5):
+        for slow in (0.0, 40.0, 0.0):  # other load on the machine only adds time
+            cost.observe(tokens, 50.0 + 3.0 * tokens + slow)
+    assert cost.ratio() == pytest.approx(3.0 / 50.0)
+
+
+def drafted(proposer: NgramProposer, accept: float, batch: int) -> list[list[int]]:
+    """What ``proposer`` keeps of a 4-token draft for each of ``batch`` sequences whose
+    drafts have been accepted at rate ``accept`` so far."""
+    seqs = [Sequence([1, 2, 3], SamplingParams()) for _ in range(batch)]
+    for seq in seqs:
+        seq.draft = DraftState(hits=accept, trials=1.0)
+    return proposer.select([(seq, [5, 6, 7, 8]) for seq in seqs], batch)
+
+
+def test_a_step_verifies_the_draft_tokens_that_pay_at_its_batch_size() -> None:
+    """At batch 1 on a CPU-like cost (a token 6% of a step) likely drafts are verified
+    whole and poor ones cut short; at batch 32 a step is dear, and only drafts almost sure
+    to be accepted pay. A fully cut draft pauses its sequence's drafting."""
+    proposer = NgramProposer(SpecConfig(num_tokens=4, token_cost=0.06, max_batch_size=32))
+    assert [len(d) for d in drafted(proposer, 0.9, 1)] == [4]
+    assert 0 < len(drafted(proposer, 0.2, 1)[0]) < 4
+    assert all(not d for d in drafted(proposer, 0.2, 32))
+    assert all(len(d) == 4 for d in drafted(proposer, 0.99, 32))
+    seq = Sequence([1, 2, 3], SamplingParams())
+    seq.draft = DraftState(hits=0.01, trials=1.0)
+    assert proposer.select([(seq, [5, 6])], 32) == [[]]
+    assert seq.draft.paused == proposer.config.pause_steps
+    free = NgramProposer(SpecConfig(num_tokens=4, token_cost=0.0))
+    assert [len(d) for d in drafted(free, 0.2, 32)] == [4] * 32
+
+
+def test_speculation_that_does_not_pay_is_cut_and_outputs_stay_the_same(
+        make_engine: Callable[..., Engine]) -> None:
+    """Random text repeats only by chance: with verification priced (a token 30% of a
+    step), fewer draft tokens are verified than when it is free; the same outputs."""
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(2, 96, (60,), generator=g).tolist() for _ in range(3)]
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    outs, verified = [], []
+    for token_cost in (0.0, 0.3):
+        engine = make_engine(speculative=SpecConfig(min_n=1, max_n=2, token_cost=token_cost,
+                                                    min_acceptance=0.0, max_batch_size=4))
+        seqs = [engine.add(p, params) for p in prompts]
+        tokens = 0
+        while engine.has_work():
+            engine.step()
+            tokens += engine.last.draft_tokens
+        outs.append([s.output_ids for s in seqs])
+        verified.append(tokens)
+    assert outs[0] == outs[1]
+    assert verified[0] > 20
+    assert verified[1] < verified[0] / 2
