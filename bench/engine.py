@@ -312,7 +312,7 @@ async def main() -> None:
     engine_e2e.add_arguments(parser)
     args = parser.parse_args()
     if args.e2e:
-        res = engine_e2e.e2e(args)
+        res = await engine_e2e.e2e(args)
         print(orjson.dumps({"e2e": res}, option=orjson.OPT_INDENT_2).decode())
         print("summary: " + engine_e2e.e2e_summary(res))
         return

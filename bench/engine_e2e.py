@@ -13,12 +13,15 @@ included), greedy (temperature 0), ``max_tokens`` 96.
 Workloads (``bench/spec_workloads.py``, test split): input-grounded (repeat, quote, extract
 from a given passage; edit given code) and MT-Bench turn 1 at batch 1, the two upstreams
 alternating request by request (which one goes first alternating too), and MT-Bench at
-batch 32 (32 requests at once), alternating round by round. One warm-up pass (other prompts,
+batch 32 (32 requests at once), alternating round by round (4 rounds: on this shared 2-core
+box a single round of either can take 25% longer for no reason of its own; the round times
+are reported). One warm-up pass (other prompts,
 the dev split, so that no measured prompt is in the prefix cache) goes first.
 
 Batch 1: tokens/s = completion tokens / whole request time (from sending the request to
 the end of its stream), summed over the prompts; batch 32: completion tokens / wall time of
-the round. Greedy answers (the streamed text) must be identical on and off.
+the round. Greedy answers (the streamed text) must be identical on and off; at batch 32 the
+off answers of two rounds are compared too, as a control (see ``batch_n``).
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ def write_config(folder: Path, port: int, spec: dict[str, Any], engine: str) -> 
            '[logging]\nrequests = false\n[cache]\nenabled = false\n'
     for name, sp in (("on", spec), ("off", {"method": "off"})):
         text += (f"[upstreams.spec_{name}]\ntype = \"local\"\nread_timeout_ms = 600000\n"
-                 f"[upstreams.spec_{name}.engine]\n"
-                 f"speculative = {_toml(sp)}\n{engine}\n"
+                 f"[upstreams.spec_{name}.engine]\nembeddings = false\n"
+                 f"max_step_slowdown = 0\nspeculative = {_toml(sp)}\n"
+                 + engine.replace(";", "\n") + "\n"
                  f"[models.\"spec-{name}\"]\n"
                  f"targets = [{{ upstream = \"spec_{name}\", model = \"smollm2\" }}]\n")
     path = folder / "gateway.toml"
@@ -134,11 +138,21 @@ async def batch_n(session: aiohttp.ClientSession, url: str, prompts: list[str],
             done = await asyncio.gather(*(one(session, url, f"spec-{name}", p, max_tokens)
                                           for p in prompts))
             f = fig[name]
+            f["per_round_s"] = f.get("per_round_s", []) + [round(time.perf_counter() - t0, 2)]
             f["s"] += time.perf_counter() - t0
             f["tokens"] += sum(t for _, t, _ in done)
-            if r == 0:
-                f["texts"] = [text for text, _, _ in done]
-    return _result(fig, len(prompts), len(prompts))
+            f["rounds"] = f.get("rounds", []) + [[text for text, _, _ in done]]
+            f["texts"] = f["rounds"][0]
+    out = _result(fig, len(prompts), len(prompts))
+    if rounds > 1:
+        # the control: the same engine, the same prompts, another round (other arrival
+        # times, so other batch compositions); in bfloat16 on a CPU whose matmul kernels
+        # sum a row in an order that depends on the rows beside it, answers may differ here
+        # as well, which is then no fault of speculation
+        runs = fig["off"]["rounds"]
+        out["identical_off_vs_off"] = sum(a == b for a, b in zip(runs[0], runs[1],
+                                                                 strict=True))
+    return out
 
 
 def _result(fig: dict[str, dict[str, Any]], prompts: int, batch: int) -> dict[str, Any]:
@@ -148,6 +162,8 @@ def _result(fig: dict[str, dict[str, Any]], prompts: int, batch: int) -> dict[st
                      "seconds": round(f["s"], 2)}
         if f["per_request"]:
             out[name]["per_request_tok_s"] = f["per_request"]
+        if "per_round_s" in f:
+            out[name]["per_round_s"] = f["per_round_s"]
     out["ratio"] = round(out["on"]["tok_s"] / out["off"]["tok_s"], 3)
     out["identical"] = sum(a == b for a, b in zip(fig["on"]["texts"], fig["off"]["texts"],
                                                   strict=True))
@@ -176,7 +192,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
         return out
 
 
-def e2e(args: argparse.Namespace) -> dict[str, Any]:
+async def e2e(args: argparse.Namespace) -> dict[str, Any]:
     """Part 7: start the gateway, measure, stop it."""
     from processes import free_port, stop
 
@@ -184,16 +200,13 @@ def e2e(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="spec-e2e-") as tmp:
         port = free_port()
         config = write_config(Path(tmp), port, spec, args.e2e_engine)
-        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config",
-                                 str(config)], cwd=ROOT, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(  # noqa: ASYNC220 - once, before anything is measured
+            [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)], cwd=ROOT,
+            stdout=subprocess.DEVNULL)
         try:
             base = f"http://127.0.0.1:{port}"
-
-            async def go() -> dict[str, Any]:
-                await wait_both(base)
-                return await measure(base, args)
-
-            runs = asyncio.run(go())
+            await wait_both(base)
+            runs = await measure(base, args)
         finally:
             stop([proc], timeout=30)
     out: dict[str, Any] = {"spec": spec, "max_tokens": args.e2e_max_tokens,
@@ -202,6 +215,9 @@ def e2e(args: argparse.Namespace) -> dict[str, Any]:
         out[key] = {"ratios": [v["ratio"] for v in values],
                     "identical": [f"{v['identical']}/{v['prompts']}" for v in values],
                     "runs": values}
+        if "identical_off_vs_off" in values[0]:
+            out[key]["identical_off_vs_off"] = [f"{v['identical_off_vs_off']}/{v['prompts']}"
+                                                for v in values]
     return out
 
 
@@ -210,8 +226,11 @@ def e2e_summary(res: dict[str, Any]) -> str:
     for key, value in res.items():
         if isinstance(value, dict) and "ratios" in value:
             last = value["runs"][-1]
+            control = (f", off vs off {value['identical_off_vs_off']}"
+                       if "identical_off_vs_off" in value else "")
             parts.append(f"{key} on/off {value['ratios']} (last {last['on']['tok_s']} vs "
-                         f"{last['off']['tok_s']} tok/s; identical {value['identical']})")
+                         f"{last['off']['tok_s']} tok/s; identical {value['identical']}"
+                         f"{control})")
     return "end to end through gateway serve: " + "; ".join(parts)
 
 
@@ -219,15 +238,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--e2e", action="store_true",
                         help="run part 7 alone (speculation on vs off through gateway serve)")
     parser.add_argument("--e2e-spec", default='{"method": "ngram", "num_tokens": 4}')
-    parser.add_argument("--e2e-engine", default="max_model_len = 8192\nembeddings = false\n"
-                        "max_step_slowdown = 0",
-                        help="extra [upstreams.*.engine] TOML lines for both engines")
+    parser.add_argument("--e2e-engine", default="max_model_len = 8192",
+                        help="more [upstreams.*.engine] TOML for both engines, lines "
+                        "separated by ';' (default as gateway.example.toml)")
     parser.add_argument("--e2e-prompts", type=int, default=8,
                         help="prompts of each batch-1 workload (0: none)")
     parser.add_argument("--e2e-max-tokens", type=int, default=96)
     parser.add_argument("--e2e-batch", type=int, default=32,
                         help="requests at once of the batched workload (0: none)")
-    parser.add_argument("--e2e-rounds", type=int, default=1)
+    parser.add_argument("--e2e-rounds", type=int, default=4,
+                        help="rounds of the batched workload (2 or more: an off-vs-off "
+                        "identity control)")
     parser.add_argument("--e2e-repeats", type=int, default=1,
                         help="measure the three workloads this many times over")
 
@@ -238,6 +259,6 @@ if __name__ == "__main__":
     add_arguments(p)
     a = p.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
-    r = e2e(a)
+    r = asyncio.run(e2e(a))
     print(orjson.dumps(r, option=orjson.OPT_INDENT_2).decode())
     print("summary: " + e2e_summary(r))
