@@ -6,22 +6,24 @@ co-located engine as the gateway starts it (``python -m local_engine``, nice 10,
 defaults but for the ones set here): ``spec-on`` with ``speculative = --e2e-spec`` and
 ``spec-off`` with ``speculative = { method = "off" }``. The response cache is off (policy
 pipeline ``["route", "admission"]``), the start-up calibration too (``max_step_slowdown =
-0``) and with it capacity-aware admission, so that all 32 of the batch-32 workload are let in
-at once, on and off alike; embeddings too (not used). Requests are OpenAI chat completions, streamed (``stream: true``, usage
-included), greedy (temperature 0), ``max_tokens`` 96.
+0``) and with it capacity-aware admission, so that all 32 of the batch-32 workload are let
+in at once, on and off alike; embeddings too (not used). Requests are OpenAI chat
+completions, streamed (``stream: true``, usage included), greedy (temperature 0),
+``max_tokens`` 96.
 
 Workloads (``bench/spec_workloads.py``, test split): input-grounded (repeat, quote, extract
 from a given passage; edit given code) and MT-Bench turn 1 at batch 1, the two upstreams
 alternating request by request (which one goes first alternating too), and MT-Bench at
 batch 32 (32 requests at once), alternating round by round (4 rounds: on this shared 2-core
 box a single round of either can take 25% longer for no reason of its own; the round times
-are reported). One warm-up pass (other prompts,
-the dev split, so that no measured prompt is in the prefix cache) goes first.
+are reported). One warm-up pass (other prompts, the dev split, so that no measured prompt
+is in the prefix cache) goes first.
 
 Batch 1: tokens/s = completion tokens / whole request time (from sending the request to
 the end of its stream), summed over the prompts; batch 32: completion tokens / wall time of
-the round. Greedy answers (the streamed text) must be identical on and off; at batch 32 the
-off answers of two rounds are compared too, as a control (see ``batch_n``).
+the rounds, and each round's on/off ratio with their median (robust to one round that
+other load slowed). Greedy answers (the streamed text) must be identical on and off; at
+batch 32 the off answers of two rounds are compared too, as a control (see ``batch_n``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,6 +147,12 @@ async def batch_n(session: aiohttp.ClientSession, url: str, prompts: list[str],
             f["rounds"] = f.get("rounds", []) + [[text for text, _, _ in done]]
             f["texts"] = f["rounds"][0]
     out = _result(fig, len(prompts), len(prompts))
+    # each round's on and off ran back to back: their ratio, per round, and its median, which
+    # one round slowed by whatever else runs on the machine does not move
+    pairs = [off / on for on, off in zip(fig["on"]["per_round_s"], fig["off"]["per_round_s"],
+                                         strict=True)]
+    out["round_ratios"] = [round(r, 3) for r in pairs]
+    out["round_ratio_median"] = round(statistics.median(pairs), 3)
     if rounds > 1:
         # the control: the same engine, the same prompts, another round (other arrival
         # times, so other batch compositions); in bfloat16 on a CPU whose matmul kernels
@@ -215,6 +224,8 @@ async def e2e(args: argparse.Namespace) -> dict[str, Any]:
         out[key] = {"ratios": [v["ratio"] for v in values],
                     "identical": [f"{v['identical']}/{v['prompts']}" for v in values],
                     "runs": values}
+        if "round_ratio_median" in values[0]:
+            out[key]["round_ratio_medians"] = [v["round_ratio_median"] for v in values]
         if "identical_off_vs_off" in values[0]:
             out[key]["identical_off_vs_off"] = [f"{v['identical_off_vs_off']}/{v['prompts']}"
                                                 for v in values]
@@ -228,6 +239,8 @@ def e2e_summary(res: dict[str, Any]) -> str:
             last = value["runs"][-1]
             control = (f", off vs off {value['identical_off_vs_off']}"
                        if "identical_off_vs_off" in value else "")
+            if "round_ratio_medians" in value:
+                control += f"; median of per-round ratios {value['round_ratio_medians']}"
             parts.append(f"{key} on/off {value['ratios']} (last {last['on']['tok_s']} vs "
                          f"{last['off']['tok_s']} tok/s; identical {value['identical']}"
                          f"{control})")
