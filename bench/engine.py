@@ -68,11 +68,12 @@ sys.path.insert(0, os.environ.get("ENGINE_BENCH_SOURCE") or str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
 
 import engine_e2e
+from engine_detok import detok_cost
 
 from local_engine.async_engine import AsyncEngine
-from local_engine.engine import Engine, EngineConfig, detokenize
+from local_engine.engine import Engine, EngineConfig
 from local_engine.loader import load, resolve
-from local_engine.sequence import SamplingParams, Sequence
+from local_engine.sequence import SamplingParams
 
 PROMPTS = ROOT.parent / "shared" / "data" / "prompts" / "vicuna_bench_questions.jsonl"
 
@@ -181,37 +182,6 @@ async def prefix_ttft(engine: AsyncEngine, tokenizer: Any, questions: list[str],
     return {"system_prompt_tokens": n_system, "rounds": rounds,
             "hit_ttft_p50_ms": round(hit, 1), "miss_ttft_p50_ms": round(miss, 1),
             "hit_over_miss": round(hit / miss, 3), "cached_tokens_p50": statistics.median(cached)}
-
-
-def detok_cost(tokenizer: Any, questions: list[str], length: int) -> dict[str, Any]:
-    """Stream ``length`` tokens of real text token by token, both ways, 5 rounds each,
-    interleaved; medians."""
-    ids = tokenizer(" ".join(questions * 20), add_special_tokens=False)["input_ids"][:length]
-
-    def decode(x: list[int]) -> str:
-        return tokenizer.decode(x, skip_special_tokens=True)
-
-    def incremental() -> str:
-        seq = Sequence([], SamplingParams())
-        return "".join(detokenize(decode, seq, ids[:n], n == len(ids))
-                       for n in range(1, len(ids) + 1))
-
-    def whole() -> str:
-        text = ""
-        for n in range(1, len(ids) + 1):
-            text = decode(ids[:n])
-        return text
-
-    assert incremental() == whole()
-    times: dict[str, list[float]] = {"incremental": [], "whole": []}
-    for _ in range(5):
-        for name, fn in (("incremental", incremental), ("whole", whole)):
-            t0 = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    inc, full = statistics.median(times["incremental"]), statistics.median(times["whole"])
-    return {"output_tokens": len(ids), "incremental_ms": round(inc, 2),
-            "whole_decode_each_step_ms": round(full, 2), "speedup": round(full / inc, 1)}
 
 
 def load_model(args: argparse.Namespace) -> Any:
