@@ -47,9 +47,8 @@ from typing import Any, Self
 
 import aiohttp
 import numpy as np
-import orjson
 from compression_data import Item, normalize, rate
-from processes import ROOT, wait_ready
+from processes import ROOT, chat_chunks, wait_ready
 
 from gateway.compression import compress
 from gateway.compression.gate import CompressorRate, PrefillRate, decide
@@ -146,10 +145,7 @@ class Reader:
         async with self.session.post(f"{self.url}/v1/chat/completions", json=body) as r:
             if r.status != 200:
                 raise RuntimeError(f"engine answered {r.status}: {(await r.read())[:300]!r}")
-            async for line in r.content:
-                if not line.startswith(b"data: {"):
-                    continue
-                chunk = orjson.loads(line[6:])
+            async for chunk in chat_chunks(r):
                 usage = chunk.get("usage") or usage
                 for choice in chunk.get("choices") or ():
                     if content := (choice.get("delta") or {}).get("content"):

@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 import orjson
 import spec_workloads as wl
+from processes import chat_chunks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,10 +104,7 @@ async def one(session: aiohttp.ClientSession, url: str, model: str, prompt: str,
     async with session.post(url, json=body) as r:
         if r.status != 200:
             raise RuntimeError(f"{model}: {r.status} {(await r.read())[:300]!r}")
-        async for line in r.content:
-            if not line.startswith(b"data: {"):
-                continue
-            event = orjson.loads(line[6:])
+        async for event in chat_chunks(r):
             for choice in event.get("choices") or []:
                 text.append((choice.get("delta") or {}).get("content") or "")
             if event.get("usage"):

@@ -10,14 +10,16 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from gateway.testing.server import free_port
 
-__all__ = ["free_port", "start_fake", "start_fake_anthropic", "start_floor", "start_gateway",
+__all__ = ["chat_chunks", "free_port", "start_fake", "start_fake_anthropic", "start_floor", "start_gateway",
            "stop", "wait_ready"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,3 +117,11 @@ async def wait_ready(url: str, timeout: float = 30.0, post: Any = None,
                 pass
             await asyncio.sleep(0.05)
     raise RuntimeError(f"{url} did not come up")
+
+
+async def chat_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed Chat Completions answer, as they
+    arrive (``[DONE]`` and comments skipped)."""
+    async for line in response.content:
+        if line.startswith(b"data: {"):
+            yield orjson.loads(line[6:])
