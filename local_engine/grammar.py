@@ -43,6 +43,11 @@ __all__ = ["Grammar", "GrammarCompiler", "GrammarError", "constrain", "json_sche
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
+#: Text whose tokens must read as the same bytes to the grammar library as to the tokenizer:
+#: spaces, a newline and JSON punctuation, where byte-level vocabularies differ from the text.
+_PROBE = ' {"name": "Ann", "tags": ["a b"]}\n\tx'
+
+
 class GrammarError(ValueError):
     """The grammar library rejected a grammar (an unsupported JSON Schema feature, a bad
     ``$ref``, an unknown ``format``); the message is the library's."""
@@ -94,9 +99,21 @@ class GrammarCompiler:
     def from_hf(cls, hf_tokenizer: Any, eos_token_ids: tuple[int, ...] = (),
                 capacity: int = 256) -> GrammarCompiler:
         """For a fast Hugging Face tokenizer (~0.6 s for a 49k vocabulary, once), ending
-        where any of ``eos_token_ids`` may (the tokenizer's own EOS when empty)."""
+        where any of ``eos_token_ids`` may (the tokenizer's own EOS when empty).
+        Raises GrammarError when the library reads the tokenizer's tokens as other bytes
+        than the tokenizer decodes them to (a mask built on that view forbids the right
+        tokens and allows wrong ones: seen with SmolLM2's GGUF converted by transformers
+        5.16-5.17, whose tokenizer.json pairs a byte-level vocabulary with a byte-fallback
+        decoder, so that llguidance took "Ġ" for two bytes rather than a space)."""
         eos = list(eos_token_ids) or None
-        return cls(llguidance.hf.from_tokenizer(hf_tokenizer, eos_token=eos), capacity)
+        tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, eos_token=eos)
+        ids = list(hf_tokenizer.encode(_PROBE, add_special_tokens=False))
+        seen, decoded = tokenizer.decode_bytes(ids), hf_tokenizer.decode(ids).encode()
+        if seen != decoded:
+            raise GrammarError(f"the grammar library reads this tokenizer's tokens as "
+                               f"{seen[:40]!r} where the tokenizer decodes {decoded[:40]!r}; "
+                               "convert the model again with transformers>=5.18")
+        return cls(tokenizer, capacity)
 
     def cached(self, grammar: str) -> Grammar | None:
         """The compiled grammar if it is in the cache (no compilation)."""

@@ -77,14 +77,22 @@ def resolve(spec: str = DEFAULT_MODEL) -> Path:
 
 def _current(target: Path) -> bool:
     """Whether ``target`` holds a checkpoint this version wrote: one with the input
-    embedding (earlier versions stored a tied head only as ``lm_head.weight``)."""
+    embedding (earlier versions stored a tied head only as ``lm_head.weight``) and a
+    byte-level tokenizer whose model does not fall back to bytes (transformers 5.16-5.17
+    wrote SmolLM2's that way, with a decoder that reads "Ġ" as itself)."""
     from safetensors import safe_open
 
     path = target / "model.safetensors"
     if not path.exists():
         return False
     with safe_open(str(path), "pt") as f:
-        return "model.embed_tokens.weight" in f.keys()  # noqa: SIM118 (no __contains__)
+        if "model.embed_tokens.weight" not in f.keys():  # noqa: SIM118 (no __contains__)
+            return False
+    if not (target / "tokenizer.json").exists():
+        return False
+    tokenizer = json.loads((target / "tokenizer.json").read_bytes())
+    byte_level = (tokenizer.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+    return not (byte_level and tokenizer["model"].get("byte_fallback"))
 
 
 def _read_gguf(gguf: Path) -> tuple[Any, Any]:

@@ -41,7 +41,7 @@ from local_engine.async_engine import AsyncEngine
 from local_engine.calibrate import latency_bounded_batch
 from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
 from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
-from local_engine.grammar import Grammar, GrammarCompiler
+from local_engine.grammar import Grammar, GrammarCompiler, GrammarError
 from local_engine.loader import DTYPES, load
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
@@ -85,8 +85,10 @@ class EngineServer:
     #: ms per prompt token and per output token with the batch full (Calibration.rates),
     #: for /healthz: the gateway predicts service times from them. None: not probed.
     rates: dict[str, float] | None = None
-    #: Compiles the grammars of structured outputs and tool calls (None: refused with a 400).
+    #: Compiles the grammars of structured outputs and tool calls (None: refused with a 400
+    #: that gives ``no_grammars``, why there is none).
     grammars: GrammarCompiler | None = None
+    no_grammars: str = "no grammar compiler"
 
     async def grammar(self, structured: Structured) -> Grammar | None:
         """The compiled grammar of a request's output (None: free text); a grammar not
@@ -94,9 +96,8 @@ class EngineServer:
         if structured.grammar is None:
             return None
         if self.grammars is None:
-            raise InvalidRequest("this engine cannot constrain its output (no grammar "
-                                 "compiler)", param="tools" if structured.calls
-                                 else "response_format")
+            raise InvalidRequest(f"this engine cannot constrain its output ({self.no_grammars})",
+                                 param="tools" if structured.calls else "response_format")
         return (self.grammars.cached(structured.grammar)
                 or await asyncio.to_thread(compile_structured, self.grammars, structured))
 
@@ -320,8 +321,12 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
                           EMBEDDING_MODEL if embedder else None,
                           embedder.count_tokens if embedder else None, default_max_tokens,
-                          calibration.batch, compute, calibration.rates(),
-                          GrammarCompiler.from_hf(loaded.tokenizer, loaded.eos_token_ids))
+                          calibration.batch, compute, calibration.rates())
+    try:
+        server.grammars = GrammarCompiler.from_hf(loaded.tokenizer, loaded.eos_token_ids)
+    except GrammarError as exc:  # free text still works; constrained output is refused
+        server.no_grammars = str(exc)
+        log.warning("grammars_unavailable", reason=str(exc))
     return server, metrics
 
 

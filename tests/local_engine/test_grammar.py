@@ -11,10 +11,19 @@ import json
 from collections.abc import Callable
 
 import jsonschema
+import pytest
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
 from local_engine.engine import Engine
-from local_engine.grammar import Constrained, GrammarCompiler, constrain, json_schema_grammar
+from local_engine.grammar import (
+    Constrained,
+    GrammarCompiler,
+    GrammarError,
+    constrain,
+    json_schema_grammar,
+)
 from local_engine.sequence import SamplingParams
 from local_engine.speculative import SpecConfig
 
@@ -77,3 +86,28 @@ def test_a_grammar_is_compiled_once(char_grammars: GrammarCompiler) -> None:
     assert char_grammars.compile(text) is first and char_grammars.cached(text) is first
     a, b = first.matcher(), first.matcher()
     assert a.consume_token(ord("[") - 32) and b.validate_tokens([ord("]") - 32]) == 0
+
+
+def _byte_level_tokenizer(decoder: object, byte_fallback: bool = False
+                          ) -> PreTrainedTokenizerFast:
+    """conftest's character vocabulary as a byte-level BPE with ``decoder``."""
+    vocab = {("Ġ" if i == 0 else chr(32 + i)): i for i in range(95)}
+    vocab["Ċ"] = 95  # "\n", byte-level
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=byte_fallback))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoder  # type: ignore[assignment]
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+def test_a_tokenizer_the_library_reads_as_other_bytes_is_refused() -> None:
+    """transformers 5.16-5.17 converted SmolLM2's GGUF tokenizer with a byte-fallback
+    decoder: llguidance then read "Ġ" as two bytes instead of a space and its masks allowed
+    wrong tokens (every constrained output broke its grammar on the first space)."""
+    assert GrammarCompiler.from_hf(_byte_level_tokenizer(decoders.ByteLevel())).vocab_size == 96
+    # what transformers 5.17 wrote: the text decodes right, llguidance reads "Ġ" as is
+    broken = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                                decoders.Replace("\u2581", " "), decoders.ByteLevel()])
+    tokenizer = _byte_level_tokenizer(broken, byte_fallback=True)
+    assert tokenizer.decode(tokenizer.encode(' {"a": 1}', add_special_tokens=False)) == ' {"a": 1}'
+    with pytest.raises(GrammarError, match="transformers>=5.18"):
+        GrammarCompiler.from_hf(tokenizer)

@@ -329,3 +329,22 @@ def test_completions_refuse_generation_and_bad_input(served: Served, kwargs: dic
         served.client.completions.create(model="tiny", **kwargs)
     assert err.value.status_code == 400
     assert isinstance(err.value.body, dict) and err.value.body.get("param") == param
+
+
+def test_without_grammars_structured_output_is_a_400_that_says_why(
+        make_engine: Callable[..., Engine]) -> None:
+    aengine = AsyncEngine(make_engine()).start()
+    server = EngineServer(aengine, "tiny", CharTokenizer(), None,
+                          no_grammars="the tokenizer is misread")
+    with ServerThread(build_app(server)) as srv, \
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="tiny", messages=ask(), max_tokens=5,
+                                           response_format={"type": "json_object"})
+        assert client.chat.completions.create(model="tiny", messages=ask(), max_tokens=5
+                                              ).choices[0].message.content  # free text works
+    assert info.value.body == {
+        "message": "this engine cannot constrain its output (the tokenizer is misread)",
+        "type": "invalid_request_error", "param": "response_format",
+        "code": "invalid_request"}
+    aengine.close()

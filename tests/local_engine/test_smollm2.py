@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from local_engine import loader
 from local_engine.engine import Engine, EngineConfig, detokenize
+from local_engine.grammar import GrammarCompiler
 from local_engine.loader import LoadedModel, load, resolve
 from local_engine.sequence import SamplingParams, Sequence
 
@@ -122,3 +124,27 @@ def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
     assert not info["unexpected_keys"]
     assert float(hf.model.embed_tokens.weight.detach().abs().mean()) > 0.05  # not fresh init
     assert list(tmp_path.joinpath("models").iterdir()) == [old]  # no leftovers
+
+
+def test_a_byte_fallback_tokenizer_is_converted_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers 5.16-5.17 wrote SmolLM2's tokenizer as a byte-level vocabulary with a
+    byte-fallback model and decoder, which the grammar library reads wrongly (see
+    GrammarCompiler.from_hf); such a folder is converted again, and grammars then build."""
+    converted = resolve()
+
+    def read_converted(gguf: Path) -> tuple[Any, Any]:
+        return (AutoTokenizer.from_pretrained(converted),
+                AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32))
+
+    monkeypatch.setattr(loader, "_read_gguf", read_converted)
+    monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
+    old = tmp_path / "models" / "smollm2-135m-instruct"
+    old.mkdir(parents=True)
+    save_file({"model.embed_tokens.weight": torch.zeros(2, 2)}, str(old / "model.safetensors"))
+    tokenizer = json.loads((converted / "tokenizer.json").read_text())
+    tokenizer["model"]["byte_fallback"] = True
+    (old / "tokenizer.json").write_text(json.dumps(tokenizer))
+    folder = resolve()
+    assert json.loads((folder / "tokenizer.json").read_text())["model"]["byte_fallback"] is False
+    GrammarCompiler.from_hf(AutoTokenizer.from_pretrained(folder))  # raises if misread
