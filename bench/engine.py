@@ -273,6 +273,8 @@ async def main() -> None:
     parser.add_argument("--spec-prompts", type=int, default=16)
     parser.add_argument("--spec-max-tokens", type=int, default=128)
     parser.add_argument("--spec-split", choices=("dev", "test"), default="test")
+    parser.add_argument("--spec-rounds", type=int, default=2,
+                        help="rounds of the batch-32 workload, off and on alternating")
     parser.add_argument("--lossless-prompts", type=int, default=0)
     parser.add_argument("--structured", action="store_true",
                         help="run part 6 alone (grammar-constrained decoding)")

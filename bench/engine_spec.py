@@ -117,7 +117,7 @@ def speculation(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
         out["grounded_b1"] = spec_workload(engines(), ids(wl.grounded(n, args.spec_split)), 1, m)
         out["mt_bench_b1"] = spec_workload(engines(), ids(wl.mt_bench(n, args.spec_split)), 1, m)
         out["mt_bench_b32"] = spec_workload(engines(), ids(wl.mt_bench(32, args.spec_split)),
-                                            32, m, rounds=2)
+                                            32, m, rounds=args.spec_rounds)
     if args.lossless_prompts:
         prompts = ids(wl.mt_bench(args.lossless_prompts))
         for batch in (1, 8):
