@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from local_engine.block_manager import BlockManager
+from local_engine.host_memory import keep_freed_memory
 from local_engine.model import LlamaModel
 from local_engine.model_runner import ModelRunner
 from local_engine.scheduler import Scheduler
@@ -89,6 +90,8 @@ class Engine:
         self.eos = set(eos_token_ids or ([model.cfg.eos_token_id]
                                          if model.cfg.eos_token_id is not None else []))
         param = next(model.parameters())
+        if param.device.type == "cpu":  # steps would map and fault their temporaries anew
+            keep_freed_memory()
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, param.dtype)
         num_blocks = config.num_blocks or max(1, config.kv_cache_mb * 2**20 // per_block)
         self.max_model_len = min(config.max_model_len, model.cfg.max_position_embeddings,
