@@ -7,15 +7,18 @@ batch, prefill chunks one by one with a causal offset. Contexts are read through
 tables, a block at a time. Weights are Hugging Face ``LlamaForCausalLM`` names (SmolLM2 is
 a Llama).
 
-On a CPU the forward pass is batch-invariant: a token's logits are bit-identical whether it
-is decoded alone, beside other sequences, as one of a draft's verified positions, or
-recomputed in a prefill chunk after a preemption. So greedy outputs do not depend on the
-load, and speculative decoding is lossless in bf16 too (where rounding would otherwise
-flip near-ties). Two things make it so (the idea: He et al., "Defeating Nondeterminism in
-LLM Inference", Thinking Machines Lab 2025): a projection of a single row is computed as
-two rows (oneDNN's one-row kernel sums in another order than its many-row one), and
-attention is :func:`invariant_attention`, whose per-row sums do not depend on the other
-rows or on how far the keys are padded. On CUDA, attention is PyTorch's SDPA as before.
+On a CPU in fp32 the forward pass is batch-invariant: a token's logits are bit-identical
+whether it is decoded alone, beside other sequences, as one of a draft's verified positions,
+or recomputed in a prefill chunk after a preemption. So greedy outputs do not depend on the
+load. Two things make it so (the idea: He et al., "Defeating Nondeterminism in LLM
+Inference", Thinking Machines Lab 2025): a projection of a single row is computed as two
+rows (oneDNN's one-row kernel sums in another order than its many-row one), and attention is
+:func:`invariant_attention`, whose per-row sums do not depend on the other rows or on how
+far the keys are padded. In bf16 the attention still is, but oneDNN's bf16 matrix products
+are not at every shape: on an AMX CPU SmolLM2's down projection (1536 -> 576) and output
+head give a row other bits in a call of 64 rows than alone (the tiny test model's shapes
+do not show it). Fixed blocks of 16-64 rows per call fix that at 1.5-2.3x the prefill time,
+so they are not used. On CUDA, attention is PyTorch's SDPA as before.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""On a CPU the engine's forward pass is batch-invariant: greedy outputs in bfloat16 are the
-same whether a prompt runs alone or beside others (chunked prefill and preemption in play),
-and the attention's rows do not depend on the rows beside them or on the keys' padding."""
+"""On a CPU the engine's forward pass is batch-invariant at the tiny model's shapes: greedy
+outputs in bfloat16 are the same whether a prompt runs alone or beside others (chunked
+prefill and preemption in play), and the attention's rows do not depend on the rows beside
+them or on the keys' padding. (At SmolLM2's shapes oneDNN's bf16 projections are not; see
+local_engine.model.)"""
 
 from __future__ import annotations
 
