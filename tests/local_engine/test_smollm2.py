@@ -93,14 +93,11 @@ def test_streamed_text_is_the_whole_decode_for_any_text(smollm2: LoadedModel) ->
     assert not any("\ufffd" in d for d in deltas)
 
 
-def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A folder an earlier version wrote (tied head stored only as lm_head.weight, which
-    transformers reports as a missing embedding and may initialise at random) is converted
-    again; the new checkpoint loads in transformers with nothing missing. (The GGUF is read
-    as the current conversion's folder: the same tensors, without the ~25 s of
-    dequantizing them again; the GGUF reading itself runs once per test run, for the
-    other tests here.)"""
+def stale_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty model folder in a cache at ``tmp_path``, for a test to fill as an earlier
+    version would have; converting again reads the GGUF as the current conversion's folder
+    (the same tensors, without the ~25 s of dequantizing them again; the GGUF reading itself
+    runs once per test run, for the other tests here)."""
     converted = resolve()
 
     def read_converted(gguf: Path) -> tuple[Any, Any]:
@@ -112,6 +109,15 @@ def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
     monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
     old = tmp_path / "models" / "smollm2-135m-instruct"
     old.mkdir(parents=True)
+    return old
+
+
+def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder an earlier version wrote (tied head stored only as lm_head.weight, which
+    transformers reports as a missing embedding and may initialise at random) is converted
+    again; the new checkpoint loads in transformers with nothing missing."""
+    old = stale_folder(tmp_path, monkeypatch)
     save_file({"lm_head.weight": torch.zeros(2, 2)}, str(old / "model.safetensors"))
     folder = resolve()
     assert folder == old
@@ -132,15 +138,7 @@ def test_a_byte_fallback_tokenizer_is_converted_again(
     byte-fallback model and decoder, which the grammar library reads wrongly (see
     GrammarCompiler.from_hf); such a folder is converted again, and grammars then build."""
     converted = resolve()
-
-    def read_converted(gguf: Path) -> tuple[Any, Any]:
-        return (AutoTokenizer.from_pretrained(converted),
-                AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32))
-
-    monkeypatch.setattr(loader, "_read_gguf", read_converted)
-    monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
-    old = tmp_path / "models" / "smollm2-135m-instruct"
-    old.mkdir(parents=True)
+    old = stale_folder(tmp_path, monkeypatch)
     save_file({"model.embed_tokens.weight": torch.zeros(2, 2)}, str(old / "model.safetensors"))
     tokenizer = json.loads((converted / "tokenizer.json").read_text())
     tokenizer["model"]["byte_fallback"] = True
