@@ -130,20 +130,23 @@ async def batch1(session: aiohttp.ClientSession, url: str, prompts: list[str],
 
 async def batch_n(session: aiohttp.ClientSession, url: str, prompts: list[str],
                   max_tokens: int, rounds: int) -> dict[str, Any]:
-    fig = {n: {"tokens": 0, "s": 0.0, "texts": [], "per_request": []} for n in ("on", "off")}
+    fig = {n: {"tokens": 0, "s": 0.0, "per_request": [], "per_round_s": [], "rounds": []}
+           for n in ("on", "off")}
     order = ["off", "on"]
-    for r in range(rounds):
+    for _ in range(rounds):
         order.reverse()
         for name in order:
             t0 = time.perf_counter()
             done = await asyncio.gather(*(one(session, url, f"spec-{name}", p, max_tokens)
                                           for p in prompts))
+            elapsed = time.perf_counter() - t0
             f = fig[name]
-            f["per_round_s"] = f.get("per_round_s", []) + [round(time.perf_counter() - t0, 2)]
-            f["s"] += time.perf_counter() - t0
+            f["per_round_s"].append(round(elapsed, 2))
+            f["s"] += elapsed
             f["tokens"] += sum(t for _, t, _ in done)
-            f["rounds"] = f.get("rounds", []) + [[text for text, _, _ in done]]
-            f["texts"] = f["rounds"][0]
+            f["rounds"].append([text for text, _, _ in done])
+    for f in fig.values():
+        f["texts"] = f["rounds"][0]
     out = _result(fig, len(prompts), len(prompts))
     # each round's on and off ran back to back: their ratio, per round, and its median, which
     # one round slowed by whatever else runs on the machine does not move
@@ -169,7 +172,7 @@ def _result(fig: dict[str, dict[str, Any]], prompts: int, batch: int) -> dict[st
                      "seconds": round(f["s"], 2)}
         if f["per_request"]:
             out[name]["per_request_tok_s"] = f["per_request"]
-        if "per_round_s" in f:
+        if f.get("per_round_s"):
             out[name]["per_round_s"] = f["per_round_s"]
     out["ratio"] = round(out["on"]["tok_s"] / out["off"]["tok_s"], 3)
     out["identical"] = sum(a == b for a, b in zip(fig["on"]["texts"], fig["off"]["texts"],

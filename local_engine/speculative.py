@@ -105,7 +105,7 @@ class DraftState:
     paused: int = 0  # steps left without drafting
     k: int = 0  # draft length now (0: not set yet)
     # per-token acceptance probability, as recent accepted tokens over recent trials (a
-    # draft token accepted, or the one rejection that ends a draft); None: not drafted yet
+    # draft token accepted, or the one rejection that ends a draft); trials 0: not drafted yet
     hits: float = 0.0
     trials: float = 0.0
 
@@ -250,12 +250,11 @@ class NgramProposer:
             keep[i] += 1
         out = []
         for (seq, d), n in zip(drafts, keep, strict=True):
-            if d and not n:
+            if not n:  # every draft here has a token; this one lost all of them
                 state: DraftState = seq.draft
                 state.paused = c.pause_steps
                 if state.trials > 0:
-                    own = state.hits / state.trials
-                    state.hits = state.trials * (own + self.alpha) / 2
+                    state.hits = state.trials * (self.acceptance(seq) + self.alpha) / 2
             out.append(d[:n])
         return out
 
