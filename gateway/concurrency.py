@@ -24,11 +24,12 @@ An upstream that knows its capacity (the local engine: the batch it measured wor
 once, local_engine.calibrate; more only wait inside it, out of the gateway's reach) is
 admitted to match it by
 default (:meth:`AdmissionPolicy.for_capacity`): an adaptive limit capped at its capacity.
-Beyond it, a request waits only while its predicted wait for a seat stays within
-``queue_slowdown`` times its own predicted service time, both from the engine's measured
-rates (:mod:`gateway.service_time`): a few long conversations just past the seats wait a
-turn, while a flood of short requests is shed at once, labelled (``queue_full``), instead of
-waiting past client timeouts. Without measured rates, nothing waits.
+Beyond it, a request waits only while its predicted response time (the wait for a seat,
+then its service at the pace slots are held now) stays within ``1 + queue_slowdown`` times
+its service time at the engine's measured rates (:mod:`gateway.service_time`): a few long
+conversations just past the seats wait a turn, while a flood, whose batch already slows every
+answer, is shed at once, labelled (``queue_full``), instead of waiting past client timeouts.
+Without measured rates, nothing waits.
 
 The limit is static, or adaptive by AIMD as in Netflix's concurrency-limits (AIMDLimit):
 +1 per sample while the limit is in use, x ``backoff`` on an error, a timeout, or latency
@@ -88,10 +89,11 @@ class AdmissionPolicy:
     #: (a request beyond it is shed at once, since the engine would only queue it).
     capacity_aware: bool = True
     #: Where the upstream reports its rates (the local engine), a request beyond its
-    #: capacity waits while its predicted wait is at most this times its own predicted
-    #: service time (a bounded slowdown); 0: never waits. 1.5: eight MT-Bench conversations
-    #: (256 tokens) a few past the seats wait about one service time and are served; short
-    #: requests of a flood, a queue several times the seats deep ahead, are shed.
+    #: capacity waits while its predicted response time (wait, then service at the pace
+    #: slots are held now) is at most 1 + this times its service time at those rates (a
+    #: bounded slowdown); 0: never waits. 1.5: eight MT-Bench conversations (256 tokens) a
+    #: few past the seats wait about one service time and are served; short requests of a
+    #: flood, a queue several times the seats deep ahead, are shed.
     queue_slowdown: float = bounded(0.0, ge=0)
 
     def for_capacity(self, capacity: int | None,
@@ -248,9 +250,15 @@ class Limiter:
             full = depth >= policy.max_queue or expected_ms > policy.max_queue_wait_ms / 2
             deadline_ms = policy.max_queue_wait_ms
         else:
+            # Bounded slowdown: the predicted response time (the wait, then the service at
+            # the pace requests are served now, own_ms) within (1 + queue_slowdown) times
+            # the service time at the engine's measured rates. A batch that already slows
+            # every answer (a flood) leaves no room to wait; a few past the seats wait.
+            assert predicted is not None
             expected_ms = self._predicted_wait_ms((rank, start), own_ms)
-            full = depth >= policy.max_queue or expected_ms > policy.queue_slowdown * own_ms
-            deadline_ms = max(policy.max_queue_wait_ms, 2 * policy.queue_slowdown * own_ms)
+            room_ms = (1 + policy.queue_slowdown) * predicted - own_ms
+            full = depth >= policy.max_queue or expected_ms > room_ms
+            deadline_ms = max(policy.max_queue_wait_ms, 2 * room_ms)
         if full and not self._evict_lower(rank):
             raise Shed("queue_full", self._retry_after())
         if slo_ms is not None and expected_ms > slo_ms:

@@ -10,9 +10,12 @@ request's wait to its own service time stays fair between them.
 Its wait is predicted by list scheduling: each seat frees when its request's predicted
 remaining time runs out, and each request queued ahead takes the first seat to free
 (Graham, "Bounds on Multiprocessing Timing Anomalies", 1969). :mod:`gateway.concurrency`
-admits a waiting request while that wait stays within ``queue_slowdown`` times its own
-service time: a *bounded slowdown* (Feitelson et al., "Theory and Practice in Parallel Job
-Scheduling", 1997), so a long answer may wait for a seat while a short one is shed at once.
+admits a waiting request while its predicted response time (that wait, then its service at
+the pace slots are held now) stays within ``1 + queue_slowdown`` times its service time at
+the measured rates: a *bounded slowdown* (response time over service time; Feitelson et al.,
+"Theory and Practice in Parallel Job Scheduling", 1997), so a long answer may wait for a seat
+while a short one is shed at once, and nothing waits while the batch alone already slows
+answers past the bound.
 """
 
 from __future__ import annotations

@@ -107,3 +107,24 @@ async def test_without_rates_or_with_slowdown_0_nothing_waits():
         with pytest.raises(Shed):
             await limiter.acquire(work=LONG)
         slot.release()
+
+
+async def test_when_the_batch_already_slows_answers_past_the_bound_nothing_waits():
+    """The slowdown bounds the response time, wait included. At the measured pace, one
+    request past two busy seats waits about its own service time (1.5x allows it); once
+    slots are seen held twice their predicted time (a saturated engine), it is shed at once:
+    its answer would take 2x before any wait."""
+    limiter = engine(2)
+    running = await fill(limiter, LONG, 2)
+    waiter = asyncio.create_task(limiter.acquire(work=LONG))
+    await asyncio.sleep(0)
+    assert limiter.queue_depth == 1  # at the measured pace: waits its turn
+    waiter.cancel()
+    for _ in range(20):  # slots seen ending after twice their predicted time
+        limiter.ended(running[1], running[1].started + 2 * 12.9)
+    assert limiter.scale == pytest.approx(2.0, rel=0.02)
+    with pytest.raises(Shed) as shed:
+        await limiter.acquire(work=LONG)
+    assert shed.value.reason == "queue_full" and limiter.queue_depth == 0
+    for slot in running:
+        slot.release()
