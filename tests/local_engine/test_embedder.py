@@ -31,5 +31,13 @@ def test_onnx_export_matches_torch_and_is_reused(tmp_path, monkeypatch, torch_em
     singles = np.concatenate([onnx([t]) for t in TEXTS])
     assert (singles * reference).sum(1).min() > 0.99999
     mtime = exported[0].stat().st_mtime_ns
-    assert Embedder.load("onnx").backend == "onnx"
+    again = Embedder.load("onnx")  # from the file and the tokenizer: no torch weights
+    assert again.backend == "onnx" and again.model is None
     assert exported[0].stat().st_mtime_ns == mtime  # loaded, not exported again
+    assert (again.max_seq_length, again.dim) == (torch_embedder.max_seq_length, 384)
+    texts = [*TEXTS, "routing " * 300]
+    ids = again.tokenizer(texts, truncation=True, max_length=again.max_seq_length)["input_ids"]
+    assert ids == torch_embedder.tokenizer(texts, truncation=True,
+                                           max_length=256)["input_ids"]
+    assert len(ids[-1]) == 256  # truncated as sentence-transformers does
+    assert np.array_equal(again(TEXTS), batch)
