@@ -7,7 +7,9 @@ the official SDKs, and client disconnects reach the servers as they would in pro
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from gateway.state import Gateway
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
+from tests import warm_caches
 
 DEFAULT_POLICY = """
 version = "test-1"
@@ -34,6 +37,28 @@ base_delay_ms = 1
 max_delay_ms = 5
 max_retry_after_ms = 2000
 """
+
+
+_WARMING = pytest.StashKey[subprocess.Popen[bytes]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """On a fresh machine, fill the model caches in the background (tests.warm_caches)."""
+    if warm_caches.cold():
+        session.config.stash[_WARMING] = subprocess.Popen(
+            [sys.executable, "-m", "tests.warm_caches"], cwd=Path(__file__).parents[1],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    warming = session.config.stash.get(_WARMING, None)
+    if warming is not None and warming.poll() is None:  # a short session: stop it, letting
+        warming.send_signal(signal.SIGINT)  # it remove what it had half written
+        try:
+            warming.wait(10)
+        except subprocess.TimeoutExpired:
+            warming.kill()
+            warming.wait()
 
 
 @dataclass
