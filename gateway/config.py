@@ -158,8 +158,11 @@ class UpstreamConfig:
     #: environment, the upstream is disabled and routing skips it.
     api_key_env: str | None = None
     connect_timeout_ms: int = bounded(2_000, ge=1)
-    #: Longest silence allowed between two reads of a response (ms), per attempt.
-    read_timeout_ms: int = bounded(120_000, ge=1)
+    #: Longest silence allowed between two reads of a response (ms), per attempt. Default:
+    #: 120 s; 600 s for ``local``, where a whole answer is one silence (a CPU engine under
+    #: load decodes a few tokens a second per sequence) and clients wait that long (the
+    #: openai and anthropic SDKs' default timeout).
+    read_timeout_ms: int | None = bounded(None, ge=1)
     max_connections: int = bounded(512, ge=1)
     #: Extra headers sent with every request to this upstream.
     headers: dict[str, str] = field(default_factory=dict)
@@ -198,12 +201,20 @@ class UpstreamConfig:
             raise ValueError("discover must be a URL such as http://engines:8000/v1")
         if self.cancel_on_late_hit is None:
             object.__setattr__(self, "cancel_on_late_hit", self.type == "local")
+        if self.read_timeout_ms is None:
+            object.__setattr__(self, "read_timeout_ms",
+                               600_000 if self.type == "local" else 120_000)
         if self.type == "anthropic" and not self.base_url:
             object.__setattr__(self, "base_url", "https://api.anthropic.com")
         if self.type == "openai" and not (self.base_url or self.replicas or self.discover):
             raise ValueError(f"type {self.type!r} needs base_url (or replicas, discover)")
         if self.type == "local" and self.base_url:
             raise ValueError("type 'local' takes no base_url: the gateway starts the engine")
+
+    @property
+    def read_timeout_s(self) -> float:
+        assert self.read_timeout_ms is not None  # (set in __post_init__)
+        return self.read_timeout_ms / 1000
 
     @property
     def api_key(self) -> str | None:

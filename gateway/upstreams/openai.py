@@ -133,7 +133,7 @@ class OpenAIUpstream(Upstream):
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=config.connect_timeout_ms / 1000,
-            sock_read=config.read_timeout_ms / 1000,
+            sock_read=config.read_timeout_s,
         )
         self._session: aiohttp.ClientSession | None = None
         # Read once, like the key itself (asked on every request: no environment lookup).
@@ -181,7 +181,7 @@ class OpenAIUpstream(Upstream):
             raise UpstreamTimeout(f"upstream {self.name!r} did not answer in time") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"upstream {self.name!r} failed: {type(exc).__name__}") from exc
-        return _AiohttpResponse(resp, self.name, self.config.read_timeout_ms / 1000)
+        return _AiohttpResponse(resp, self.name, self.config.read_timeout_s)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -37,6 +37,20 @@ def test_example_config_and_default_policy_are_valid():
     assert load_policy(config.policy_path).retry.max_attempts >= 1
 
 
+def test_a_local_engine_is_given_longer_to_answer_than_a_hosted_api(tmp_path):
+    """A unary answer from the local engine is one silence as long as its generation."""
+    config = load_config(write(tmp_path, BASE + """
+[upstreams.short]
+type = "openai"
+base_url = "http://127.0.0.1:2/v1"
+read_timeout_ms = 5000
+[upstreams.engine]
+type = "local"
+"""))
+    timeouts = {name: up.read_timeout_s for name, up in config.upstreams.items()}
+    assert timeouts == {"up": 120.0, "short": 5.0, "engine": 600.0}
+
+
 def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
     config = load_config(write(tmp_path, BASE))
     assert config.policy_path == tmp_path / "policy.toml"
