@@ -8,6 +8,7 @@ upstream (in this process, so its calls are counted; a 300 ms time to first toke
 the whole answer, all identical, and the clients' p50/max latency.
 
     python bench/tail.py [--clients 50] [--ttft-ms 300] [--replica-ms 20] [--concurrency 8]
+                         [--keepalive-full]
 
 Latency-aware choice: three replicas of one model behind a balanced gateway (policy
 ``[balance]``), one slowed 5x (time to first byte): the share of requests the fast ones
@@ -22,7 +23,9 @@ and three times as many clients ask, so every answer is slow: the extra calls he
 there (the budget must keep them at most 2%: hedges are earned by answers in time).
 
 Keepalive: a stream whose first token comes after 5 s, read through a 3 s idle timeout, from
-a gateway sending keepalive comments every second and from one sending none.
+a gateway sending keepalive comments every second and from one sending none;
+``--keepalive-full``: issue 31's figures unscaled, a 45 s first token through a 30 s idle
+timeout, with the default policy's keepalive (15 s); 75 s longer.
 
 Fairness: four gateway keys through an upstream admitted 4 at a time, one key with 10x the
 others' clients: each light key's goodput against its fair share, keys taking turns in the
@@ -261,15 +264,18 @@ def latencies(took: list[float], calls: int) -> dict[str, Any]:
             "p99_ms": round(took[int(0.99 * len(took))], 1)}
 
 
-async def keepalive(fake_port: int, tmp: Path) -> dict[str, Any]:
+async def keepalive(fake_port: int, tmp: Path, full: bool = False) -> dict[str, Any]:
     """A stream whose first token comes after 5 s, read through an idle timeout of 3 s (as a
     proxy or load balancer that cuts a connection silent for that long), from a gateway
     sending keepalive comments every second and from one sending none (issue 31's 45 s
-    prefill behind a 30 s idle timeout, scaled down 9x)."""
-    out: dict[str, Any] = {"first_token_s": 5, "idle_timeout_s": 3, "keepalive_s": 1}
+    prefill behind a 30 s idle timeout, scaled down 9x; ``full``: those, with the default
+    policy's keepalive, 15 s)."""
+    first_s, idle_s, every_s = (45, 30, 15) if full else (5, 3, 1)
+    out: dict[str, Any] = {"first_token_s": first_s, "idle_timeout_s": idle_s,
+                           "keepalive_s": every_s}
     body = orjson.dumps({"model": "bench-model", "stream": True,
                          "messages": [{"role": "user", "content": "slow"}]})
-    for name, every in (("on", 1), ("off", 0)):
+    for name, every in (("on", every_s), ("off", 0)):
         port = free_port()
         folder = tmp / f"keepalive-{name}"
         folder.mkdir()
@@ -279,11 +285,11 @@ async def keepalive(fake_port: int, tmp: Path) -> dict[str, Any]:
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
             await wait_ready(url, timeout=120, post={
                 "model": "bench-model", "messages": [{"role": "user", "content": "up"}]})
-            idle = aiohttp.ClientTimeout(total=None, sock_read=3)
+            idle = aiohttp.ClientTimeout(total=None, sock_read=idle_s)
             try:
                 async with aiohttp.ClientSession(timeout=idle) as session, session.post(
                         url, data=body, headers={"content-type": "application/json",
-                                                 "x-fake-ttft-ms": "5000"}) as r:
+                                                 "x-fake-ttft-ms": str(first_s * 1000)}) as r:
                     raw = await r.read()
                 out[name] = "completed" if raw.rstrip().endswith(b"[DONE]") else "cut short"
             except (TimeoutError, aiohttp.ClientError):
@@ -325,7 +331,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             stop(procs)
         balanced = await latency_aware(args, fake, upstream, Path(tmp))
         hedged = await hedging(args, Path(tmp))
-        kept = await keepalive(upstream, Path(tmp))
+        kept = await keepalive(upstream, Path(tmp), args.keepalive_full)
         fair = await fairness(upstream, Path(tmp), args.fair_seconds)
         fair["priority"] = await priority(upstream, Path(tmp), args.fair_seconds)
     checks = {kind: {"calls_on": results[f"{kind} on"]["upstream_calls"],
@@ -353,6 +359,9 @@ def main() -> int:
     parser.add_argument("--hedge-after-ms", type=float, default=40.0)
     parser.add_argument("--hedge-seconds", type=float, default=8.0)
     parser.add_argument("--fair-seconds", type=float, default=8.0)
+    parser.add_argument("--keepalive-full", action="store_true",
+                        help="keepalive at issue 31's figures: a 45 s first token, a 30 s "
+                             "idle timeout, keepalive every 15 s (75 s longer)")
     args = parser.parse_args()
     out = asyncio.run(bench(args))
     print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
@@ -370,7 +379,8 @@ def main() -> int:
         f"{out['hedging']['on']['extra_calls']:.1%} extra calls, "
         f"{out['hedging']['overload']['on']['extra_calls']:.1%} at 3x overload "
         f"(>= 40%, <= 10%, <= 2%: {'yes' if out['hedging']['ok'] else 'NO'})"
-        f"; keepalive: a 5 s first token through a 3 s idle timeout {out['keepalive']['on']}"
+        f"; keepalive: a {out['keepalive']['first_token_s']} s first token through a "
+        f"{out['keepalive']['idle_timeout_s']} s idle timeout {out['keepalive']['on']}"
         f" (without: {out['keepalive']['off']})"
         f"; fairness: the worst light key got {fair['light_worst_of_fair_share']:.0%}"
         f" of its fair share with keys taking turns (one key, first come first served: "
