@@ -1,6 +1,9 @@
-"""The servers of the harness: a gateway per policy (real HTTP on loopback, uvicorn in
-threads, as ``tests/conftest.py``'s ``make_gateway`` builds them) in front of two recording
-fakes (``FakeUpstream`` for OpenAI, ``FakeAnthropic`` for Anthropic).
+"""The servers of the harness: a gateway per policy (real HTTP on loopback) in front of two
+recording fakes (``FakeUpstream`` for OpenAI, ``FakeAnthropic`` for Anthropic, uvicorn in
+threads). The default policy's gateway is ``gateway serve`` in a process of its own, so it
+runs beside the client and the checks instead of sharing their GIL; the every-stage one,
+which takes a deterministic embedding function, runs in a thread as ``tests/conftest.py``'s
+``make_gateway`` builds them.
 
 Policies: :data:`DEFAULT` (a file holding only ``version``) and :func:`every_stage` (every
 stage in the pipeline and on: generous rate limits, the response cache with a deterministic
@@ -10,6 +13,9 @@ embedding, two routers over tiers of same-API models, compression with ``gate = 
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +29,8 @@ from gateway.config import load_config
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
+from gateway.upstreams.ports import free_port
+from tests.conftest import wait_until_ready
 from tests.gateway.equivalence.contract import Allowed
 from tests.gateway.equivalence.evidence import Evidence
 from tests.gateway.routing.test_routing import DIM, tiny_artifact
@@ -79,6 +87,7 @@ def _config(openai_url: str, claude_url: str, cache: bool) -> str:
     return f"""
 [server]
 policy = "policy.toml"
+policy_reload = false
 max_body_bytes = 1048576
 
 [logging]
@@ -111,6 +120,29 @@ async def hashed_embed(texts: list[str]) -> np.ndarray:
     return out
 
 
+class GatewayProcess:
+    """``gateway serve`` in a process of its own (stopped by :meth:`stop`, as a ServerThread
+    is): the default policy's gateway runs beside the client, the checks and the fakes
+    instead of sharing their GIL (the harness is CPU-bound: about 25% of the work is the
+    gateway's)."""
+
+    def __init__(self, config: Path, env: dict[str, str]) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port",
+             str(port)], env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+        try:
+            wait_until_ready(self.url, self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
 @dataclass
 class Gateway:
     """A running gateway, the recording fakes behind it, and what its policy allows;
@@ -119,7 +151,7 @@ class Gateway:
     url: str
     recorders: dict[str, FakeUpstream]
     every: bool
-    server: ServerThread
+    server: ServerThread | GatewayProcess
     evidence: Evidence = field(default_factory=Evidence)
 
     @property
@@ -138,7 +170,8 @@ class Gateway:
 def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstream, str]],
                   every: bool) -> Gateway:
     """A gateway for ``policy`` (``every``: the every-stage policy, with the cache and the
-    deterministic embedding); stop its ``server`` when done."""
+    deterministic embedding, in this process; else in a process of its own); stop its
+    ``server`` when done."""
     if every:
         # Loaded here, on the test's thread: the gateway's own warm-up thread silences a
         # DeprecationWarning with warnings.catch_warnings, which is not thread-safe, so under
@@ -147,13 +180,16 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
     (tmp / "policy.toml").write_text(policy)
     (tmp / "gateway.toml").write_text(
         _config(recorders["openai"][1], recorders["anthropic"][1], cache=every))
+    recording = {api: fake for api, (fake, _) in recorders.items()}
+    if not every:
+        process = GatewayProcess(tmp / "gateway.toml", {KEY_ENV: UPSTREAM_KEY})
+        return Gateway(process.url, recording, every, process)
     with pytest.MonkeyPatch.context() as mp:  # the upstreams read their key as they start
         mp.setenv(KEY_ENV, UPSTREAM_KEY)
         app = create_app(load_config(tmp / "gateway.toml"), request_sink=lambda record: None,
                          watch_policy=False, embed=hashed_embed if every else None)
         server = ServerThread(app).start()
-    return Gateway(server.url, {api: fake for api, (fake, _) in recorders.items()}, every,
-                   server)
+    return Gateway(server.url, recording, every, server)
 
 
 def start_recorders() -> dict[str, tuple[FakeUpstream, ServerThread]]:
