@@ -3,7 +3,7 @@
 OpenAI-compatible upstream and as /v1/messages to an Anthropic one.
 
 What runs (measured on this 2-core CPU: the end-to-end path, client and checker included,
-does 270-1,000 requests/s under the default policy, ~50/s for the requests the every-stage
+does 270-700 requests/s under the default policy, ~50/s for the requests the every-stage
 policy compresses; the whole package takes about 80 s run alone):
 
 - the default policy (a file holding only ``version``): every item of every source on both
