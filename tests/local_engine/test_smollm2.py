@@ -93,11 +93,11 @@ def test_streamed_text_is_the_whole_decode_for_any_text(smollm2: LoadedModel) ->
     assert not any("\ufffd" in d for d in deltas)
 
 
-def stale_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def stale_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """An empty model folder in a cache at ``tmp_path``, for a test to fill as an earlier
-    version would have; converting again reads the GGUF as the current conversion's folder
-    (the same tensors, without the ~25 s of dequantizing them again; the GGUF reading itself
-    runs once per test run, for the other tests here)."""
+    version would have, and the current conversion's folder; converting again reads the GGUF
+    as that folder (the same tensors, without the ~25 s of dequantizing them again; the GGUF
+    reading itself runs once per test run, for the other tests here)."""
     converted = resolve()
 
     def read_converted(gguf: Path) -> tuple[Any, Any]:
@@ -109,7 +109,7 @@ def stale_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
     old = tmp_path / "models" / "smollm2-135m-instruct"
     old.mkdir(parents=True)
-    return old
+    return old, converted
 
 
 def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
@@ -117,7 +117,7 @@ def test_conversion_stores_the_tied_embedding_where_transformers_loads_it(
     """A folder an earlier version wrote (tied head stored only as lm_head.weight, which
     transformers reports as a missing embedding and may initialise at random) is converted
     again; the new checkpoint loads in transformers with nothing missing."""
-    old = stale_folder(tmp_path, monkeypatch)
+    old, _ = stale_folder(tmp_path, monkeypatch)
     save_file({"lm_head.weight": torch.zeros(2, 2)}, str(old / "model.safetensors"))
     folder = resolve()
     assert folder == old
@@ -137,8 +137,7 @@ def test_a_byte_fallback_tokenizer_is_converted_again(
     """transformers 5.16-5.17 wrote SmolLM2's tokenizer as a byte-level vocabulary with a
     byte-fallback model and decoder, which the grammar library reads wrongly (see
     GrammarCompiler.from_hf); such a folder is converted again, and grammars then build."""
-    converted = resolve()
-    old = stale_folder(tmp_path, monkeypatch)
+    old, converted = stale_folder(tmp_path, monkeypatch)
     save_file({"model.embed_tokens.weight": torch.zeros(2, 2)}, str(old / "model.safetensors"))
     tokenizer = json.loads((converted / "tokenizer.json").read_text())
     tokenizer["model"]["byte_fallback"] = True

@@ -187,7 +187,7 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
     with pytest.MonkeyPatch.context() as mp:  # the upstreams read their key as they start
         mp.setenv(KEY_ENV, UPSTREAM_KEY)
         app = create_app(load_config(tmp / "gateway.toml"), request_sink=lambda record: None,
-                         watch_policy=False, embed=hashed_embed if every else None)
+                         watch_policy=False, embed=hashed_embed)
         server = ServerThread(app).start()
     return Gateway(server.url, recording, every, server)
 
