@@ -116,7 +116,7 @@ class CachePolicy:
     lookup_budget_ms: float = bounded(2.0, ge=0.0)
     #: Nearest neighbours checked per lookup.
     candidates: int = bounded(4, ge=1, le=32)
-    #: Lookups waiting for an embedding at once; beyond it the semantic layer is skipped.
+    #: Semantic lookups under way at once; beyond it a request skips the semantic layer.
     max_pending_embeddings: int = bounded(16, ge=1)
     #: The verifier of candidates past the cosine floor (its scores are the operating points'):
     #: ``mlp`` (v2, gateway.cache.mlp_verifier) or ``cross`` (v3 cross-encoder, not yet

@@ -144,7 +144,7 @@ class ResponseCache:
         self.embed = embed
         self.verifier = verifier
         self.stats = CacheStats()
-        self.embedding = 0  # lookups waiting for their embedding now
+        self.embedding = 0  # semantic lookups under way, and answers being compared
         self._tasks: set[asyncio.Task[None]] = set()  # semantic lookups and stores
         self.bound: ErrorBound | None = None  # made on first use, from the policy
 
@@ -177,10 +177,16 @@ class ResponseCache:
     def start_semantic(self, ctx: RequestContext, policy: CachePolicy,
                        result: Lookup) -> asyncio.Task[None]:
         """:meth:`semantic` as a task, kept until it ends (:meth:`drain` waits for it)."""
+        self.embedding += 1  # from now, not from the task's first step: a burst's later
+        # requests, which all arrive before any such task runs, see it at once
         task = asyncio.get_running_loop().create_task(self.semantic(ctx, policy, result))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._semantic_done)
         return task
+
+    def _semantic_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.embedding -= 1
 
     async def semantic(self, ctx: RequestContext, policy: CachePolicy, result: Lookup) -> None:
         """The semantic layer of a lookup whose exact layer missed; fills ``result``. Never
@@ -217,6 +223,11 @@ class ResponseCache:
             result.result, result.layer = "hit", "exact"
             return
         if policy.semantic and key.scope and self.embed is not None:
+            if self.embedding >= policy.max_pending_embeddings:
+                # The embedder is saturated (a burst): a miss now, without a semantic task
+                # whose wait would hold this request, and every other, past the burst.
+                self.stats.fail("embed_busy")
+                return
             result.semantic = True
             result.possible = self.backend.may_hold(key.scope)
 
@@ -224,8 +235,7 @@ class ResponseCache:
                         result: Lookup) -> None:
         key = result.key
         assert key is not None and key.scope is not None and key.query is not None
-        result.vector = await ctx.embeddings.compute(
-            key.query, lambda text: self._embed(text, policy))
+        result.vector = await ctx.embeddings.compute(key.query, self._embed)
         if result.vector is None or not result.possible:
             return
         found = await self._bounded("search", self.backend.search(
@@ -249,14 +259,9 @@ class ResponseCache:
             best = next((c for c in result.candidates if c[0] is hit), result.candidates[0])
             result.similarity, result.verified = round(best[1], 4), round(best[2], 4)
 
-    async def _embed(self, text: str, policy: CachePolicy) -> np.ndarray | None:
-        """The text's embedding, or None (the embedder busy, failing or too slow)."""
+    async def _embed(self, text: str) -> np.ndarray | None:
+        """The text's embedding, or None (the embedder failing or too slow)."""
         assert self.embed is not None
-        if self.embedding >= policy.max_pending_embeddings:
-            # The embedding thread is saturated: waiting would cost more than a miss saves.
-            self.stats.fail("embed_busy")
-            return None
-        self.embedding += 1
         try:
             async with asyncio.timeout(_EMBED_TIMEOUT_S):
                 vector: np.ndarray = (await self.embed([text]))[0]
@@ -265,8 +270,6 @@ class ResponseCache:
             self.stats.fail("embed")
             log.warning("cache_embed_failed", error=type(exc).__name__)
             return None
-        finally:
-            self.embedding -= 1
 
     def _verify(self, key: CacheKey, vector: np.ndarray, entry: Entry) -> float:
         if self.verifier is None or entry.vector is None:
