@@ -24,9 +24,10 @@ absent, ``{"type": "text"}``              free text
 
 Bounds: a string the schema leaves unbounded (no ``maxLength``, ``enum``, ``const``,
 ``pattern`` or ``format``) is given ``maxLength`` :data:`MAX_STRING`, an array without
-``maxItems`` is given :data:`MAX_ITEMS` and an integer without bounds is kept within
-±:data:`MAX_INTEGER`, so that a small model looping inside a string or an
-array still ends its JSON well within ``max_tokens``; the output still validates against the
+``maxItems`` is given :data:`MAX_ITEMS`, an integer or number without bounds is kept within
+±:data:`MAX_INTEGER` and a number without ``multipleOf`` to 6 decimal places
+(:data:`NUMBER_STEP`), so that a small model looping inside a string, an array or a
+number's digits still ends its JSON; the output still validates against the
 schema as sent, and a schema that sets its own bounds is followed as it is.
 
 A call's ``arguments`` follow the function's ``parameters`` schema; with
@@ -59,13 +60,17 @@ from local_engine.grammar import (
 )
 from local_engine.tool_calls import CALL_SEPARATOR, CALL_SUFFIX, NAME_END
 
-__all__ = ["MAX_INTEGER", "MAX_ITEMS", "MAX_STRING", "Structured", "bounded", "compile_structured",
-           "parse_structured"]
+__all__ = ["MAX_INTEGER", "MAX_ITEMS", "MAX_STRING", "NUMBER_STEP", "Structured", "bounded",
+           "compile_structured", "parse_structured"]
 
 #: The bounds given to strings and arrays a schema leaves unbounded (characters, items).
 MAX_STRING = 64
 MAX_ITEMS = 4
 MAX_INTEGER = 2**53 - 1  # JSON's interoperable integers (RFC 8259, section 6)
+#: The step given to numbers a schema leaves unbounded: at most 6 decimal places, no exponent
+#: (a small model otherwise loops in a fraction's digits: "score": 0.12121212... to the end
+#: of max_tokens). An output that keeps to it still validates against the schema as sent.
+NUMBER_STEP = 1e-6
 _NOT_SCHEMAS = {"enum", "const", "default", "examples"}
 _BOUNDED_STRING = {"maxLength", "enum", "const", "pattern", "format"}
 
@@ -152,8 +157,9 @@ def _chosen(choice: Any, names: list[str]) -> str | None:
 
 
 def bounded(schema: Any) -> Any:
-    """``schema`` with :data:`MAX_STRING`, :data:`MAX_ITEMS` and ``additionalProperties:
-    false`` added where it sets no bound (a copy; the input is not changed)."""
+    """``schema`` with :data:`MAX_STRING`, :data:`MAX_ITEMS`, ±:data:`MAX_INTEGER`,
+    :data:`NUMBER_STEP` and ``additionalProperties: false`` added where it sets no bound (a
+    copy; the input is not changed)."""
     if isinstance(schema, list):
         return [bounded(s) for s in schema]
     if not isinstance(schema, dict):
@@ -163,10 +169,13 @@ def bounded(schema: Any) -> Any:
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if "string" in kinds and not _BOUNDED_STRING & out.keys():
         out["maxLength"] = MAX_STRING
-    if "integer" in kinds and not {"maximum", "exclusiveMaximum", "enum", "const"} & out.keys():
+    numeric = "integer" in kinds or "number" in kinds
+    if numeric and not {"maximum", "exclusiveMaximum", "enum", "const"} & out.keys():
         out["maximum"] = MAX_INTEGER
-    if "integer" in kinds and not {"minimum", "exclusiveMinimum", "enum", "const"} & out.keys():
+    if numeric and not {"minimum", "exclusiveMinimum", "enum", "const"} & out.keys():
         out["minimum"] = -MAX_INTEGER
+    if "number" in kinds and not {"multipleOf", "enum", "const"} & out.keys():
+        out["multipleOf"] = NUMBER_STEP
     if "array" in kinds and "maxItems" not in out:
         out["maxItems"] = MAX_ITEMS
     if isinstance(out.get("properties"), dict) and not {"additionalProperties",

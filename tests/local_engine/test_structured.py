@@ -14,6 +14,7 @@ from local_engine.openai_format import parse_chat
 from local_engine.structured import (
     MAX_ITEMS,
     MAX_STRING,
+    NUMBER_STEP,
     bounded,
     compile_structured,
     parse_structured,
@@ -81,6 +82,29 @@ def test_unbounded_schemas_get_bounds_and_set_ones_are_kept() -> None:
     assert props["s"]["maxLength"] == MAX_STRING and "maxLength" not in props["e"]
     assert props["a"]["maxItems"] == MAX_ITEMS and props["a"]["items"]["maxLength"] == 3
     assert props["n"]["minimum"] == 0 and props["n"]["maximum"] == 2**53 - 1
+    assert "multipleOf" not in props["n"]
+    numbers = bounded({"type": "object", "properties": {
+        "x": {"type": "number"}, "cents": {"type": "number", "multipleOf": 0.01}}})["properties"]
+    assert numbers["x"] == {"type": "number", "maximum": 2**53 - 1, "minimum": -(2**53 - 1),
+                            "multipleOf": NUMBER_STEP}
+    assert numbers["cents"]["multipleOf"] == 0.01
+
+
+def test_a_number_ends_within_six_decimal_places(char_grammars: GrammarCompiler) -> None:
+    """A small model looping in a fraction's digits (seen: 2,048 tokens of "0.1212...")
+    must still end its JSON."""
+    schema = {"type": "object", "properties": {"score": {"type": "number"}},
+              "required": ["score"]}
+    grammar = compile_structured(char_grammars, parse_structured({"response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}))
+    assert grammar is not None
+
+    def takes(text: str) -> bool:
+        matcher = grammar.matcher()
+        return bool(matcher.consume_tokens([ord(c) - 32 for c in text])) \
+            and not matcher.is_error()
+    assert takes('{"score": 0.123456}') and takes('{"score": -12.5}')
+    assert not takes('{"score": 0.1234567') and not takes('{"score": 1e300')
 
 
 OUTPUT = (render_call("get_weather", '{"city": "Paris"}') + "\n"
