@@ -252,8 +252,8 @@ class _XCache:
 async def _cancel(task: asyncio.Future[Reply]) -> None:
     """Cancel the rest of the pipeline and wait until it has unwound (its upstream
     connection closed, its slots given back); a reply it made meanwhile is closed unsent.
-    (Its error, if it failed, is the caller's to raise.) A task already done costs no turn of
-    the event loop: under a flood, every shed request ends here."""
+    (Its error, if it failed, is the caller's to raise.) A task already done (a request shed
+    while its lookup ran) costs no turn of the event loop."""
     if not task.done():
         task.cancel()
         await asyncio.wait((task,))
