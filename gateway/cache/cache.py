@@ -177,8 +177,7 @@ class ResponseCache:
     def start_semantic(self, ctx: RequestContext, policy: CachePolicy,
                        result: Lookup) -> asyncio.Task[None]:
         """:meth:`semantic` as a task, kept until it ends (:meth:`drain` waits for it)."""
-        self.embedding += 1  # from now, not from the task's first step: a burst's later
-        # requests, which all arrive before any such task runs, see it at once
+        self.embedding += 1  # now, not at the task's first step: a burst sees it at once
         task = asyncio.get_running_loop().create_task(self.semantic(ctx, policy, result))
         self._tasks.add(task)
         task.add_done_callback(self._semantic_done)
@@ -223,10 +222,8 @@ class ResponseCache:
             result.result, result.layer = "hit", "exact"
             return
         if policy.semantic and key.scope and self.embed is not None:
-            if self.embedding >= policy.max_pending_embeddings:
-                # The embedder is saturated (a burst): a miss now, without a semantic task
-                # whose wait would hold this request, and every other, past the burst.
-                self.stats.fail("embed_busy")
+            if self.embedding >= policy.max_pending_embeddings:  # saturated (a burst): a
+                self.stats.fail("embed_busy")  # miss now, not a task and a wait for nothing
                 return
             result.semantic = True
             result.possible = self.backend.may_hold(key.scope)
