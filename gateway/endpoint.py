@@ -310,7 +310,8 @@ class _Sending:
     async def relay(self, reply: Reply, ctx: RequestContext) -> None:
         """Forward an upstream stream event by event; an upstream failure midway becomes an
         error event that ends the stream. What the stream says (usage, finish reason) goes
-        into the context."""
+        into the context. The reply's taps (the cache's and the response store's
+        collectors) read each piece after it is sent, off the client's path."""
         stream, rec, send, taps = reply.stream, self.rec, self.send, reply.taps
         assert stream is not None
         observer = self.api.observer(reply.hide_usage)
@@ -328,12 +329,13 @@ class _Sending:
                     if out:
                         if ctx.ttft_ms is None:
                             _first_event(ctx)
-                        for tap in taps:
-                            tap(out)
+                        sent = out
                         if self.early:  # the stream's opening, sent ahead already
-                            out, self.early = out.removeprefix(self.early), b""
-                        await send({"type": "http.response.body", "body": out,
+                            sent, self.early = out.removeprefix(self.early), b""
+                        await send({"type": "http.response.body", "body": sent,
                                     "more_body": True})
+                        for tap in taps:  # what the client has: noted once it has it
+                            tap(out)
                         out = b""
                     try:
                         chunk = await chunks.__anext__()
@@ -349,9 +351,6 @@ class _Sending:
                 out = observer.flush() + self.api.error_event(exc)
             finally:
                 ctx.upstream_ended = time.perf_counter()
-            if out:
-                for tap in taps:
-                    tap(out)
             ctx.finish_reason = observer.finish_reason
             usage = Usage.of(observer.usage)
             if usage is not None:
@@ -360,9 +359,11 @@ class _Sending:
                 rec.error_type = observer.error_type or "upstream_error"
             if out:
                 _first_event(ctx)
-            if self.early:
-                out = out.removeprefix(self.early)
-            await send({"type": "http.response.body", "body": out, "more_body": False})
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": out.removeprefix(self.early) if self.early else out})
+            if out:
+                for tap in taps:
+                    tap(out)
             self.completed = True
             delivered = not failed
             if observer.done:
