@@ -101,6 +101,9 @@ class EventReader:
 def _parse_block(block: bytes) -> list[Event]:
     out = []
     for raw in block.split(b"\n\n"):
+        if raw[:6] == b"data: " and len(raw) > 6 and 10 not in raw:
+            out.append((None, raw[6:]))  # one data line, as OpenAI streams send each event
+            continue
         event = parse_event(raw)
         if event[0] is not None or event[1]:
             out.append(event)

@@ -57,10 +57,19 @@ def events_with(block: bytes, markers: re.Pattern[bytes]) -> list[tuple[str | No
     stream) are not."""
     if block.startswith(_DELTA) and block.find(b"\n\n") == len(block) - 2:
         return []  # one text delta alone, as most blocks are: never an end
-    if markers.search(block) is None:
-        return []
-    return [parse_event(raw) for raw in block.replace(b"\r\n", b"\n").split(b"\n\n")
-            if markers.search(raw) is not None]
+    if 13 in block:
+        block = block.replace(b"\r\n", b"\n")
+    out, end = [], 0
+    for found in markers.finditer(block):  # (a block is cut only around what is found)
+        at = found.start()
+        if at < end:
+            continue  # in the event just taken (its ``event:`` line and its data)
+        start = block.rfind(b"\n\n", 0, at)
+        start = 0 if start < 0 else start + 2
+        end = block.find(b"\n\n", at)
+        end = len(block) if end < 0 else end
+        out.append(parse_event(block[start:end]))
+    return out
 
 
 def final_response(block: bytes, ends: re.Pattern[bytes] = _FINAL) -> dict[str, Any] | None:

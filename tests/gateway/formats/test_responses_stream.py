@@ -206,3 +206,32 @@ def test_the_prompt_cache_reads_reach_the_streamed_usage() -> None:
     _, parsed = translate(raw)
     usage = parsed[-1].response.usage
     assert (usage.input_tokens, usage.input_tokens_details.cached_tokens) == (40, 32)
+
+
+def test_the_end_is_found_in_a_block_of_many_events_and_only_there() -> None:
+    """A whole stream in one block (CRLF or LF), a text that names the end event, and an end
+    event with its ``event:`` line: only the real end counts, once."""
+    from gateway.formats.responses_stream import final_response
+
+    raw = translated([chunk({"content": 'say "type":"response.completed" please'}),
+                      chunk({}, "stop")])
+    for block in (raw, raw.replace(b"\n", b"\r\n")):
+        o, _ = observe(block)
+        assert (o.done, o.finish_reason) == (True, "stop")
+        response = final_response(block)
+        assert response is not None and response["status"] == "completed"
+        assert response["output"][0]["content"][0]["text"].startswith("say ")
+    assert final_response(translated([chunk({"content": "response.completed"})],
+                                     done=False)) is None
+
+
+def test_a_block_of_data_lines_reads_as_each_event_does_alone() -> None:
+    """One-line data events (the common OpenAI event) and every other shape in the same
+    block: the reader gives what reading each event alone gives."""
+    from llm_wire.sse import parse_event
+
+    events = [b'data: {"a":1}', b"data: ", b": keep-alive", b"event: ping\ndata: {}",
+              b"data: x\ndata: y", b"data:{}", b"id: 7\ndata: [DONE]"]
+    alone = [parse_event(e) for e in events]
+    expected = [e for e in alone if e[0] is not None or e[1]]
+    assert EventReader().feed(b"\n\n".join(events) + b"\n\n") == expected
