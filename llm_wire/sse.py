@@ -99,7 +99,7 @@ class EventReader:
 
 
 def _parse_block(block: bytes) -> list[Event]:
-    out = []
+    out: list[Event] = []
     for raw in block.split(b"\n\n"):
         if raw[:6] == b"data: " and len(raw) > 6 and 10 not in raw:
             out.append((None, raw[6:]))  # one data line, as OpenAI streams send each event
