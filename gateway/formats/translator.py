@@ -147,14 +147,18 @@ class ChunkTranslator(EventTranslator):
             return self._end()
         if not data:
             return b""
-        obj = load_object(data)
-        if obj is None:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if type(obj) is not dict:  # (orjson makes plain dicts)
             return self._fail(self._invalid_type, INVALID_EVENT)
         if name == "error" or obj.get("error") or obj.get("object") == "error":
             return self._error(obj)
-        out = [] if self._started else [self._start(obj)]
+        # (bytes added up rather than a list joined: an event makes one piece or two)
+        out = b"" if self._started else self._start(obj)
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if usage is not None and isinstance(usage, dict):
             self._take_usage(usage)
         for choice in obj.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -163,13 +167,16 @@ class ChunkTranslator(EventTranslator):
             if isinstance(delta, dict):
                 text = delta.get("content")
                 if text and isinstance(text, str):
-                    out.append(self._text(text))
-                for call in delta.get("tool_calls") or ():
-                    if isinstance(call, dict):
-                        out.append(self._tool(call))
-            if choice.get("finish_reason"):
-                self._finish = str(choice["finish_reason"])
-        return b"".join(out)
+                    out += self._text(text)
+                calls = delta.get("tool_calls")
+                if calls:
+                    for call in calls:
+                        if isinstance(call, dict):
+                            out += self._tool(call)
+            finish = choice.get("finish_reason")
+            if finish:
+                self._finish = str(finish)
+        return out
 
     def _start(self, chunk: dict[str, Any]) -> bytes:
         raise NotImplementedError

@@ -40,7 +40,8 @@ from llm_wire.sse import json_event
 __all__ = ["ResponsesStreamFromChat"]
 
 _DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-          b'"sequence_number":')
+          b'"sequence_number":%d,"item_id":"%b","output_index":%d,"content_index":0,'
+          b'"delta":%b,"logprobs":[]}\n\n')
 
 
 class ResponsesStreamFromChat(ChunkTranslator):
@@ -119,10 +120,8 @@ class ResponsesStreamFromChat(ChunkTranslator):
         self._pieces.append(text)
         seq, self._seq = self._seq, self._seq + 1
         # the one event per token: its bytes made directly (json_event of the same dict)
-        return out + b"".join((
-            _DELTA, str(seq).encode(), b',"item_id":"', message["id"].encode(),
-            b'","output_index":', str(len(self._items) - 1).encode(),
-            b',"content_index":0,"delta":', orjson.dumps(text), b',"logprobs":[]}\n\n'))
+        return out + _DELTA % (seq, message["id"].encode(), len(self._items) - 1,
+                               orjson.dumps(text))
 
     def _tool(self, call: dict[str, Any]) -> bytes:
         key = call.get("index", len(self._tools))
