@@ -25,7 +25,10 @@ The gateway runs the default stages (``rate_limit``, ``cache``, ``route``, ``com
 a router configured but the request naming a plain model (the route stage passes it
 through), a rate limit set high enough never to bite; its request log goes to /dev/null.
 Chat completions go to the fake OpenAI upstream, ``/v1/messages`` to the fake Anthropic one
-(native, nothing translated).
+(native, nothing translated). With ``responses`` or ``native`` in ``--apis`` (as by default),
+:data:`RESPONSES_CASES` too: ``/v1/responses`` translated to the fake's chat endpoint (no
+floor: it is held against chat's count, ``gateway_over_chat``) and to a ``native_responses``
+upstream (the fake's own Responses API, over a floor like chat's, and against chat's count).
 
 ``idle_per_s`` is what each process executes a second with no request (timers, such as the
 request log's flush): it is counted in a case's total for as long as the case runs under
@@ -52,13 +55,21 @@ import uvloop
 from callgrind import Counted, ready, self_costs, totals
 from processes import free_port, start_fake, start_fake_anthropic, stop, wait_ready
 
-__all__ = ["CASES", "ENV", "ITL_MS", "acceptance", "main", "measure_all", "resolve",
+__all__ = ["CASES", "ENV", "ITL_MS", "RESPONSES_CASES", "acceptance", "main", "measure_all",
+           "resolve",
            "summary_line"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (name, api, stream), measured in this order.
 CASES = (("chat_unary", "openai", False), ("chat_stream", "openai", True),
          ("messages_unary", "anthropic", False), ("messages_stream", "anthropic", True))
+#: Added when ``--apis`` names ``responses`` or ``native`` (issue 30): /v1/responses
+#: translated to the fake's chat endpoint, and to a ``native_responses`` upstream (the fake's
+#: own /v1/responses, with a floor in front of it like chat's); each also held against chat's
+#: count for the same mode (``gateway_over_chat``). Not in the baseline's run.
+RESPONSES_CASES = (("responses_unary", "responses", False),
+                   ("responses_stream", "responses", True),
+                   ("native_unary", "native", False), ("native_stream", "native", True))
 PACKAGES = ("gateway", "llm_wire", "local_engine")
 IDLE_S = 3
 #: The fakes' gap between streamed chunks (ms) by default: each chunk then reaches the process
@@ -101,13 +112,22 @@ base_url = "http://127.0.0.1:{anthropic}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]
 targets = [{{ upstream = "claude", model = "claude-bench" }}]
+[upstreams.native]
+type = "openai"
+base_url = "http://127.0.0.1:{openai}/v1"
+native_responses = true
+[models."bench-native"]
+targets = [{{ upstream = "native", model = "fake-model" }}]
 """
 
 
 def body(bodies: dict[str, Any], api: str, stream: bool, n: int) -> bytes:
     """overhead.py's body for ``api`` with its question numbered ``n`` (an exact-cache miss)."""
     doc = orjson.loads(orjson.dumps(bodies[api]))
-    doc["messages"][-1]["content"] += f" (#{n:06d})"
+    if "messages" in doc:
+        doc["messages"][-1]["content"] += f" (#{n:06d})"
+    else:  # a Responses request
+        doc["input"] += f" (#{n:06d})"
     return orjson.dumps({**doc, "stream": stream})
 
 
@@ -135,10 +155,10 @@ class Run:
     """One run's settings, its client and what it found, target after target."""
 
     def __init__(self, client: Client, work: Path, requests: int, warmup: int,
-                 top: int) -> None:
+                 top: int, cases: Sequence[tuple[str, str, bool]] = CASES) -> None:
         self.client, self.work = client, work
         self.requests, self.warmup, self.top = requests, warmup, top
-        self.per_case: dict[str, dict[str, int]] = {name: {} for name, _, _ in CASES}
+        self.per_case: dict[str, dict[str, int]] = {name: {} for name, _, _ in cases}
         self.idle: dict[str, int] = {}
         self.share: dict[str, dict[str, float]] = {}
         self.hot: dict[str, Any] = {}
@@ -191,16 +211,18 @@ class Run:
 async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                       steering: dict[str, str], requests: int, warmup: int, top: int,
                       baseline_rev: str | None, keep: Path | None = None,
-                      rev: str | None = None) -> dict[str, Any]:
+                      rev: str | None = None,
+                      cases: Sequence[tuple[str, str, bool]] = CASES) -> dict[str, Any]:
     """The floors, this gateway (the working tree's, or revision ``rev``'s) and (with
     ``baseline_rev``) that revision's, one at a time, each served by fakes steered by
     ``steering`` (``x-fake-*`` headers); ``keep``: a folder for the dumps, the processes'
-    output and configs (else a temporary one)."""
+    output and configs (else a temporary one); ``cases``: :data:`CASES`, and
+    :data:`RESPONSES_CASES` with them (the baseline runs :data:`CASES` only)."""
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} not found: install valgrind (apt-get install valgrind)")
     fake = {"openai": free_port(), "anthropic": free_port()}
-    headers = {"openai": steering, "anthropic": {
+    headers = {"openai": steering, "responses": steering, "native": steering, "anthropic": {
         **steering, "x-api-key": "bench", "anthropic-version": "2023-06-01"}}
     upstreams = [start_fake(fake["openai"]), start_fake_anthropic(fake["anthropic"])]
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
@@ -211,7 +233,8 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
             gateways.append(("baseline", extract(baseline_rev, work / "baseline")))
         try:
             async with aiohttp.ClientSession() as session:
-                run = Run(Client(session, bodies, paths, headers), work, requests, warmup, top)
+                run = Run(Client(session, bodies, paths, headers), work, requests, warmup, top,
+                          cases)
                 for api, upstream in fake.items():
                     await wait_ready(f"http://127.0.0.1:{upstream}{paths[api]}",
                                      post=orjson.loads(body(bodies, api, False, 0)),
@@ -222,7 +245,8 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                         f"floor_{api}", "floor",
                         [sys.executable, str(ROOT / "bench" / "floor_proxy.py"), "--port",
                          str(port), "--upstream", f"http://127.0.0.1:{upstream}"], ROOT, port,
-                        [c for c in CASES if c[1] == api], paths[api],
+                        [c for c in cases if c[1] == api or (api, c[1]) == ("openai", "native")],
+                        paths[api],
                         orjson.loads(body(bodies, api, False, 0)))
                 for name, source in gateways:
                     port = free_port()
@@ -233,7 +257,8 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                         port=port, openai=fake["openai"], anthropic=fake["anthropic"]))
                     await run.target(name, name, [sys.executable, "-m", "gateway.cli", "serve",
                                                   "--config", str(home / "gateway.toml")],
-                                     source, port, CASES, "/healthz")
+                                     source, port, CASES if name == "baseline" else cases,
+                                     "/healthz")
         finally:
             stop(upstreams)
     return {"results": compare(run.per_case), "idle_per_s": run.idle,
@@ -259,7 +284,13 @@ def compare(per_case: dict[str, dict[str, int]]) -> dict[str, Any]:
     """Each case's counts with the gateway over the floor and over the baseline."""
     out: dict[str, Any] = {}
     for name, row in per_case.items():
-        out[name] = {**row, "gateway_over_floor": round(row["gateway"] / row["floor"], 3)}
+        out[name] = dict(row)
+        if "floor" in row:
+            out[name]["gateway_over_floor"] = round(row["gateway"] / row["floor"], 3)
+        chat = per_case.get("chat_" + name.partition("_")[2])
+        if name.startswith(("responses_", "native_")) and chat:
+            out[name]["chat"] = chat["gateway"]
+            out[name]["gateway_over_chat"] = round(row["gateway"] / chat["gateway"], 3)
         if "baseline" in row:
             out[name]["gateway_over_baseline"] = round(row["gateway"] / row["baseline"], 3)
     return out
@@ -285,8 +316,12 @@ def summary_line(results: dict[str, Any], checks: dict[str, Any],
 
     parts = []
     for name, row in results.items():
-        part = (f"{name.replace('_', ' ')} gateway {k(row['gateway'])} vs floor "
-                f"{k(row['floor'])} ({row['gateway_over_floor']}x)")
+        part = f"{name.replace('_', ' ')} gateway {k(row['gateway'])}"
+        if "floor" in row:
+            part += f" vs floor {k(row['floor'])} ({row['gateway_over_floor']}x)"
+        if "chat" in row:
+            part += f"{',' if 'floor' in row else ' vs'} chat {k(row['chat'])} " \
+                f"({row['gateway_over_chat']}x)"
         if "baseline" in row:
             part += (f", {baseline_rev} {k(row['baseline'])} ({row['gateway_over_baseline']}x,"
                      f" <= 0.5: {'yes' if checks[name]['holds'] else 'NO'})")
@@ -304,7 +339,8 @@ def main(args: argparse.Namespace, bodies: dict[str, Any], paths: dict[str, str]
     args.baseline_rev = args.baseline_rev and resolve(args.baseline_rev)
     found = uvloop.run(measure_all(
         bodies, paths, steering, args.instructions_requests, args.instructions_warmup,
-        args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev))
+        args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev,
+        CASES + tuple(c for c in RESPONSES_CASES if c[1] in args.apis)))
     checks = acceptance(found["results"])
     doc = {"bench": "overhead_instructions", "counter": "callgrind Ir",
            "python": sys.version.split()[0], "pythonhashseed": ENV["PYTHONHASHSEED"],

@@ -59,7 +59,8 @@ summary line starting ``overhead:``.
 
 ``--instructions`` measures instead the instructions the gateway process executes per
 request (callgrind, see ``instructions.py``), unary and stream, chat and messages, beside the
-floor's (``--rev REV``: REV's gateway instead of the working tree's); ``--baseline-rev REV``
+floor's, and (``responses``, ``native`` in ``--apis``) /v1/responses beside chat's count
+(``--rev REV``: REV's gateway instead of the working tree's); ``--baseline-rev REV``
 adds REV's gateway (from ``git archive``) and issue 28's check, at most half of REV's per
 case; ``--instructions-top K`` adds each case's K functions by self cost. Streamed chunks
 come 5 ms apart there (``--itl-ms``): one read each, as in a real stream. JSON, then one
