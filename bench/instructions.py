@@ -53,7 +53,14 @@ import aiohttp
 import orjson
 import uvloop
 from callgrind import Counted, ready, self_costs, totals
-from processes import free_port, start_fake, start_fake_anthropic, stop, wait_ready
+from processes import (
+    NATIVE_RESPONSES,
+    free_port,
+    start_fake,
+    start_fake_anthropic,
+    stop,
+    wait_ready,
+)
 
 __all__ = ["CASES", "ENV", "ITL_MS", "RESPONSES_CASES", "acceptance", "main", "measure_all",
            "resolve",
@@ -112,13 +119,7 @@ base_url = "http://127.0.0.1:{anthropic}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]
 targets = [{{ upstream = "claude", model = "claude-bench" }}]
-[upstreams.native]
-type = "openai"
-base_url = "http://127.0.0.1:{openai}/v1"
-native_responses = true
-[models."bench-native"]
-targets = [{{ upstream = "native", model = "fake-model" }}]
-"""
+""" + NATIVE_RESPONSES.replace("{fake}", "{openai}")
 
 
 def body(bodies: dict[str, Any], api: str, stream: bool, n: int) -> bytes:

@@ -89,6 +89,7 @@ import orjson
 import uvloop
 from overhead_checks import acceptance, summary_line
 from processes import (
+    NATIVE_RESPONSES,
     free_port,
     start_fake,
     start_fake_anthropic,
@@ -126,13 +127,7 @@ base_url = "http://127.0.0.1:{port}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]
 targets = [{{ upstream = "claude", model = "claude-bench" }}]
-[upstreams.native]
-type = "openai"
-base_url = "http://127.0.0.1:{fake}/v1"
-native_responses = true
-[models."bench-native"]
-targets = [{{ upstream = "native", model = "fake-model" }}]
-"""
+""" + NATIVE_RESPONSES
 #: Who each API's measurement runs in its rounds, direct (the fake itself) first, and
 #: which API's body each is sent.
 TARGETS = {"openai": {"direct": "openai", "floor": "openai", "gateway": "openai"},

@@ -19,10 +19,20 @@ import orjson
 
 from gateway.testing.server import free_port
 
-__all__ = ["chat_chunks", "free_port", "start_fake", "start_fake_anthropic", "start_floor", "start_gateway",
-           "stop", "wait_ready"]
+__all__ = ["NATIVE_RESPONSES", "chat_chunks", "free_port", "start_fake", "start_fake_anthropic",
+           "start_floor", "start_gateway", "stop", "wait_ready"]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: A gateway config's ``native`` upstream, the fake OpenAI upstream at ``{fake}`` serving
+#: /v1/responses itself, and its model ``bench-native`` (``.format(fake=PORT)``).
+NATIVE_RESPONSES = """[upstreams.native]
+type = "openai"
+base_url = "http://127.0.0.1:{fake}/v1"
+native_responses = true
+[models."bench-native"]
+targets = [{{ upstream = "native", model = "fake-model" }}]
+"""
 
 
 def start_fake(port: int, capacity: int = 0,
