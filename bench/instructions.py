@@ -63,8 +63,7 @@ from processes import (
 )
 
 __all__ = ["CASES", "ENV", "ITL_MS", "RESPONSES_CASES", "acceptance", "main", "measure_all",
-           "resolve",
-           "summary_line"]
+           "resolve", "summary_line"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (name, api, stream), measured in this order.
@@ -119,7 +118,7 @@ base_url = "http://127.0.0.1:{anthropic}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]
 targets = [{{ upstream = "claude", model = "claude-bench" }}]
-""" + NATIVE_RESPONSES.replace("{fake}", "{openai}")
+""" + NATIVE_RESPONSES
 
 
 def body(bodies: dict[str, Any], api: str, stream: bool, n: int) -> bytes:
@@ -288,8 +287,9 @@ def compare(per_case: dict[str, dict[str, int]]) -> dict[str, Any]:
         out[name] = dict(row)
         if "floor" in row:
             out[name]["gateway_over_floor"] = round(row["gateway"] / row["floor"], 3)
-        chat = per_case.get("chat_" + name.partition("_")[2])
-        if name.startswith(("responses_", "native_")) and chat:
+        chat = per_case.get("chat_" + name.partition("_")[2]) \
+            if name.startswith(("responses_", "native_")) else None
+        if chat:
             out[name]["chat"] = chat["gateway"]
             out[name]["gateway_over_chat"] = round(row["gateway"] / chat["gateway"], 3)
         if "baseline" in row:

@@ -325,7 +325,7 @@ def main() -> int:
             os.environ["BENCH_ANTHROPIC_KEY"] = "bench"
             procs.append(start_gateway(gw_port, fake_port, Path(tmp), 'version = "bench"\n',
                                        config_extra=ANTHROPIC_CONFIG.format(port=anth_port,
-                                                                           fake=fake_port)))
+                                                                           openai=fake_port)))
             ports = {"openai": (fake_port, floor_port, gw_port),
                      "anthropic": (anth_port, anth_floor_port, gw_port),
                      "native": (fake_port, floor_port, gw_port)}

@@ -24,11 +24,11 @@ __all__ = ["NATIVE_RESPONSES", "chat_chunks", "free_port", "start_fake", "start_
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: A gateway config's ``native`` upstream, the fake OpenAI upstream at ``{fake}`` serving
-#: /v1/responses itself, and its model ``bench-native`` (``.format(fake=PORT)``).
+#: A gateway config's ``native`` upstream, the fake OpenAI upstream at ``{openai}`` serving
+#: /v1/responses itself, and its model ``bench-native`` (``.format(openai=PORT)``).
 NATIVE_RESPONSES = """[upstreams.native]
 type = "openai"
-base_url = "http://127.0.0.1:{fake}/v1"
+base_url = "http://127.0.0.1:{openai}/v1"
 native_responses = true
 [models."bench-native"]
 targets = [{{ upstream = "native", model = "fake-model" }}]
