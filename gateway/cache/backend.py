@@ -3,7 +3,8 @@
 A backend stores :class:`Entry` objects: a complete answer, the query text it answered, its
 scope and namespace, under an exact key and with a unit-length embedding. Two backends
 implement the same contract (tests/gateway/cache/test_backends.py runs against both):
-``memory`` (this module: numpy cosine search per scope, LRU bounded by entries and bytes, TTL)
+``memory`` (this module: numpy cosine search per scope, LRU bounded by entries and bytes
+with each gateway key's share, TTL)
 and ``redis`` (:mod:`gateway.cache.redis_backend`: RedisVL, shared by all replicas).
 """
 
@@ -11,14 +12,15 @@ from __future__ import annotations
 
 import abc
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Backend", "Entry", "MemoryBackend", "at_once"]
+from gateway.tenant_lru import TenantLRU
+
+__all__ = ["Backend", "Entry", "MemoryBackend", "at_once", "tenant_of"]
 
 
 @dataclass(slots=True)
@@ -104,30 +106,49 @@ class _Scope:
         self.n = last
 
 
+def tenant_of(namespace: str) -> str:
+    """The gateway key a namespace belongs to: its part before the first ``/``
+    (:func:`gateway.cache.keys.namespace_of` makes ``KEY`` or ``KEY/NAME``; key ids hold no
+    ``/``)."""
+    return namespace.partition("/")[0]
+
+
 class MemoryBackend(Backend):
     """In-process: per-scope brute-force cosine (a matrix-vector product), LRU eviction
-    past ``max_entries`` or ``max_bytes``, expiry checked on read and on eviction."""
+    past ``max_entries`` or ``max_bytes``, each gateway key (all its namespaces) within
+    ``share`` of both, its own least recently used evicted beyond it
+    (:class:`~gateway.tenant_lru.TenantLRU`: another key's writes never evict its entries);
+    expiry checked on read and on eviction."""
 
     in_process = True
 
     def __init__(self, max_entries: int = 100_000, max_bytes: int = 512 * 2**20,
-                 clock: Callable[[], float] | None = None):
+                 clock: Callable[[], float] | None = None, share: float = 1.0):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.clock = clock or time.time
-        self.entries: OrderedDict[str, tuple[Entry, float]] = OrderedDict()  # id -> (e, exp)
+        #: id -> (entry, expiry), per key least recently used first
+        self.entries: TenantLRU[tuple[Entry, float]] = TenantLRU(max_bytes, share,
+                                                                  max_entries)
         self.exact: dict[tuple[str, str], str] = {}
         self.scopes: dict[str, _Scope] = {}
-        self.nbytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.entries.nbytes
 
     def _drop(self, entry_id: str) -> None:
-        entry, _ = self.entries.pop(entry_id)
-        self.nbytes -= entry.nbytes
+        item = self.entries.pop(entry_id)
+        if item is not None:
+            self._unindex(entry_id, item[0])
+
+    def _unindex(self, entry_id: str, entry: Entry) -> None:
         if self.exact.get((entry.namespace, entry.exact)) == entry_id:
             del self.exact[(entry.namespace, entry.exact)]
         if entry.scope is not None and entry.scope in self.scopes:
             scope = self.scopes[entry.scope]
-            scope.remove(entry_id)
+            if entry_id in scope.row:
+                scope.remove(entry_id)
             if scope.n == 0:
                 del self.scopes[entry.scope]
 
@@ -139,7 +160,6 @@ class MemoryBackend(Backend):
         if expires <= self.clock():
             self._drop(entry_id)
             return None
-        self.entries.move_to_end(entry_id)
         return entry
 
     async def get_exact(self, exact: str, namespace: str) -> Entry | None:
@@ -165,21 +185,20 @@ class MemoryBackend(Backend):
 
     async def put(self, entry: Entry, vector: np.ndarray | None, ttl_s: float) -> None:
         old = self.exact.get((entry.namespace, entry.exact))
-        if old is not None and old in self.entries:
+        if old is not None:
             self._drop(old)
         if vector is not None:
             entry.vector = vector
-        self.entries[entry.id] = (entry, self.clock() + ttl_s)
-        self.nbytes += entry.nbytes
+        evicted = self.entries.put(tenant_of(entry.namespace), entry.id,
+                                   (entry, self.clock() + ttl_s), entry.nbytes)
         self.exact[(entry.namespace, entry.exact)] = entry.id
         if entry.scope is not None and vector is not None:
             scope = self.scopes.get(entry.scope)
             if scope is None:
                 scope = self.scopes[entry.scope] = _Scope(len(vector))
             scope.add(entry.id, vector)
-        while self.entries and (len(self.entries) > self.max_entries
-                                or self.nbytes > self.max_bytes):
-            self._drop(next(iter(self.entries)))  # least recently used
+        for entry_id, (gone, _) in evicted:  # this entry too when it exceeds a key's share
+            self._unindex(entry_id, gone)
 
     async def purge(self, namespace: str) -> int:
         doomed = [i for i, (e, _) in self.entries.items() if e.namespace == namespace]

@@ -6,7 +6,9 @@ questions share an answer differs from one population of questions to another (o
 embedding's cosine barely separates duplicates and the verifier does; on GPTCache's
 paraphrases it is the other way round). vCache (Schroeder et al., "vCache: Verified Semantic
 Prompt Caching", arXiv 2502.03771) learns thresholds online and bounds the served error by a
-user-set delta; this module does so per group (the public model) with a count-based rule:
+user-set delta; this module does so per group (a namespace's public model: each tenant's
+questions are a population of their own, and one tenant's outcomes, right or wrong, must
+never open or close matching for another) with a count-based rule:
 
 - **Outcomes**: whenever a request with a candidate goes upstream, its fresh answer is
   compared with the candidate's (the caller does it): (cosine, verifier score, right or
@@ -29,14 +31,16 @@ user-set delta; this module does so per group (the public model) with a count-ba
   ``explore_share`` and is compared: the served region keeps being checked. (Every miss
   with a candidate is compared too, at no extra upstream call.)
 
-All state is in process memory (per replica), bounded by ``max_entries`` remembered
-entries. Pure: no I/O.
+All state is in process memory (per replica), bounded by ``max_groups`` groups (each
+starts from the shared prior; ~10 KB) and ``max_entries`` remembered entries, both shared by
+gateway keys as :class:`~gateway.tenant_lru.TenantLRU` shares them: past a bound, the key
+holding the most gives up its least recently used, so a key making namespaces without end
+forgets its own. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +48,9 @@ from typing import Literal
 
 import numpy as np
 import orjson
+
+from gateway.cache.backend import tenant_of
+from gateway.tenant_lru import TenantLRU
 
 __all__ = ["LEVELS", "PRIOR", "BoundStats", "Decision", "ErrorBound", "Prior", "calibrate"]
 
@@ -80,6 +87,11 @@ def _wilson_uppers(wrong: np.ndarray, n: np.ndarray, sd: float) -> np.ndarray:
                                                      + sd * sd / (4 * safe * safe))) / (
         1 + sd * sd / safe)
     return np.where(n > 0, np.minimum(1.0, upper), 1.0)
+
+
+def _name(namespace: str, group: str) -> str:
+    """A (namespace, group) pair as one key, unambiguously."""
+    return f"{len(namespace)}:{namespace}{group}"
 
 
 def _grid() -> np.ndarray:
@@ -151,19 +163,22 @@ class BoundStats:
 class ErrorBound:
     """Decides, per candidate hit, serve / explore / miss under ``delta``; learns outcomes.
 
-    ``rng``: a [0, 1) sampler for exploration (seeded in benchmarks)."""
+    ``rng``: a [0, 1) sampler for exploration (seeded in benchmarks). Each method's
+    ``namespace`` is the cache namespace of the entries compared (a gateway key's, or
+    ``KEY/NAME``): a group is a (namespace, ``group``) pair."""
 
     def __init__(self, delta: float, explore_share: float, prior: Prior | None = None,
                  rng: Callable[[], float] = random.random, max_entries: int = 100_000,
-                 confidence: float = CONFIDENCE) -> None:
+                 confidence: float = CONFIDENCE, max_groups: int = 1024) -> None:
         self.delta, self.explore_share, self.confidence = delta, explore_share, confidence
         self.prior = prior if prior is not None else Prior.load()
         self.rng, self.max_entries = rng, max_entries
         self.stats = BoundStats()
-        self._groups: dict[str, _Group] = {}
+        #: (namespace, group) -> its counts and quadrant; each counts 1 against max_groups
+        self._groups: TenantLRU[_Group] = TenantLRU(max_groups)
         self._cold = self._quadrant(self.prior.wrong, self.prior.total)
         #: entry -> (cosine, verifier score) pairs at which its answer was wrong
-        self._wrong: OrderedDict[str, list[tuple[float, float]]] = OrderedDict()
+        self._wrong: TenantLRU[list[tuple[float, float]]] = TenantLRU(max_entries)
 
     def configure(self, delta: float, explore_share: float) -> None:
         """New settings (a policy reload); the quadrants follow a new delta at once."""
@@ -199,20 +214,22 @@ class ErrorBound:
                 best, held = (t, level), float(n[t, level])
         return best
 
-    def serves(self, group: str, entry: str, cosine: float, score: float) -> bool:
+    def serves(self, group: str, entry: str, cosine: float, score: float,
+               namespace: str = "") -> bool:
         """Whether the pair is in the group's quadrant (and ``entry`` was never wrong for a
         question no closer)."""
-        if any(c >= cosine and s >= score for c, s in self._wrong.get(entry, ())):
+        if any(c >= cosine and s >= score for c, s in self._wrong.get(entry) or ()):
             return False
-        g = self._groups.get(group)
+        g = self._groups.get(_name(namespace, group))
         c0, l0 = g.quadrant if g is not None else self._cold
         c, level = _cell(cosine, score)
         return c >= c0 and level >= l0
 
-    def decide(self, group: str, entry: str, cosine: float, score: float) -> Decision:
+    def decide(self, group: str, entry: str, cosine: float, score: float,
+               namespace: str = "") -> Decision:
         """``serve`` (within delta), ``explore`` (within delta, but checked this time) or
         ``miss``."""
-        if not self.serves(group, entry, cosine, score):
+        if not self.serves(group, entry, cosine, score, namespace):
             decision: Decision = "miss"
         elif self.rng() < self.explore_share:
             decision = "explore"
@@ -221,13 +238,15 @@ class ErrorBound:
         self.stats.decisions[decision] = self.stats.decisions.get(decision, 0) + 1
         return decision
 
-    def learn(self, group: str, entry: str, cosine: float, score: float, right: bool) -> None:
+    def learn(self, group: str, entry: str, cosine: float, score: float, right: bool,
+              namespace: str = "") -> None:
         """An outcome: ``entry``'s answer was ``right`` (or not) for a question at ``cosine``
-        and verifier ``score``."""
-        g = self._groups.get(group)
+        and verifier ``score``; it moves its own group's bound only."""
+        name, tenant = _name(namespace, group), tenant_of(namespace)
+        g = self._groups.get(name)
         if g is None:
-            g = self._groups[group] = _Group(self.prior.wrong.copy(),
-                                             self.prior.total.copy(), self._cold)
+            g = _Group(self.prior.wrong.copy(), self.prior.total.copy(), self._cold)
+            self._groups.put(tenant, name, g, 1)
         g.wrong *= FORGET
         g.total *= FORGET
         cell = _cell(cosine, score)
@@ -235,8 +254,9 @@ class ErrorBound:
         g.wrong[cell] += not right
         g.quadrant = self._quadrant(g.wrong, g.total)
         if not right:
-            self._wrong.setdefault(entry, []).append((cosine, score))
-            self._wrong.move_to_end(entry)
-            if len(self._wrong) > self.max_entries:
-                self._wrong.popitem(last=False)
+            pairs = self._wrong.get(entry)
+            if pairs is None:
+                self._wrong.put(tenant, entry, [(cosine, score)], 1)
+            else:
+                pairs.append((cosine, score))
         self.stats.learnt[right] = self.stats.learnt.get(right, 0) + 1

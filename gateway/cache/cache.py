@@ -91,7 +91,7 @@ class Lookup:
 
     ``probe``: the candidate (entry, cosine, the score the bound reads) whose answer the fresh
     one is to be compared with (the bound's outcome); ``group``: the bound's group (the
-    public model).
+    public model, in the candidates' namespace: each namespace's bound is its own).
     ``semantic``: the semantic layer is still to run (:meth:`ResponseCache.semantic`);
     ``possible``: it could hit (False when the scope holds no entry: it then only embeds,
     for the store). The log line's fields so far: ``result`` (``hit``, ``miss``,
@@ -283,7 +283,7 @@ class ResponseCache:
             # Without a verifier a candidate scores 1.0 (for the static point); the bound
             # must not read that as certainty.
             read = score if self.verifier is not None else 0.0
-            decision = bound.decide(result.group, entry.id, sim, read)
+            decision = bound.decide(result.group, entry.id, sim, read, entry.namespace)
             if decision == "serve":
                 return entry
             if result.probe is None or decision == "explore":
@@ -373,7 +373,7 @@ class ResponseCache:
         finally:
             self.embedding -= 1
         if right is not None:
-            self.bound.learn(result.group, entry.id, sim, score, right)
+            self.bound.learn(result.group, entry.id, sim, score, right, entry.namespace)
 
     async def drain(self) -> None:
         """Wait for pending lookups and stores (tests, shutdown)."""

@@ -1,21 +1,24 @@
 """Where stored responses live: bytes under a key, for a time.
 
-:class:`MemoryRecords` is in-process (one replica's; least recently used first out beyond
-``max_bytes``); :class:`RedisRecords` is a Redis every replica shares (``SET .. EX``), so a
-conversation may continue on any replica. Each record expires ``ttl_s`` after it was
-written. A Redis call that fails raises :class:`StoreUnavailable` (503): a chained request
-cannot be served without its conversation, and a write that fails is logged by the caller.
+:class:`MemoryRecords` is in-process (one replica's; ``max_bytes`` in all, each gateway key
+at most a share of them, its own least recently used first out: one key's writes never
+evict another's records); :class:`RedisRecords` is a Redis every replica shares (``SET ..
+EX``), so a conversation may continue on any replica; there the bounds are Redis's own
+(``maxmemory`` and its eviction policy, which knows no keys: README's Security section).
+Each record expires ``ttl_s`` after it was written. A Redis call that fails raises
+:class:`StoreUnavailable` (503): a chained request cannot be served without its
+conversation, and a write that fails is logged by the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
 from gateway.errors import GatewayError
+from gateway.tenant_lru import TenantLRU
 
 __all__ = ["MemoryRecords", "Records", "RedisRecords", "StoreUnavailable"]
 
@@ -32,7 +35,7 @@ class StoreUnavailable(GatewayError):
 class Records(Protocol):
     async def get(self, key: str) -> bytes | None: ...
 
-    async def put(self, key: str, value: bytes, ttl_s: int) -> None: ...
+    async def put(self, key: str, value: bytes, ttl_s: int, tenant: str = "") -> None: ...
 
     async def delete(self, key: str) -> bool: ...
 
@@ -40,52 +43,44 @@ class Records(Protocol):
 
 
 class MemoryRecords:
-    """In-process records: ``key -> (expiry, bytes)`` in least recently used order, at most
-    ``max_bytes`` of values; ``clock``: seconds (``time.monotonic``)."""
+    """In-process records: ``key -> (expiry, bytes)``, at most ``max_bytes`` of values, each
+    gateway key (``tenant``) at most ``share`` of them, least recently used first out within
+    its own records (:class:`~gateway.tenant_lru.TenantLRU`: another key's writes never
+    evict them); ``clock``: seconds (``time.monotonic``)."""
 
-    def __init__(self, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_bytes: int, clock: Callable[[], float] = time.monotonic,
+                 share: float = 1.0) -> None:
         self.max_bytes = max_bytes
         self._clock = clock
-        self.size = 0
-        self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._entries: TenantLRU[tuple[float, bytes]] = TenantLRU(max_bytes, share)
+
+    @property
+    def size(self) -> int:
+        """Bytes of values held."""
+        return self._entries.nbytes
 
     async def get(self, key: str) -> bytes | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
         if entry[0] <= self._clock():
-            self._drop(key)
+            self._entries.pop(key)
             return None
-        self._entries.move_to_end(key)
         return entry[1]
 
-    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
-        self.put_now(key, value, ttl_s)
+    async def put(self, key: str, value: bytes, ttl_s: int, tenant: str = "") -> None:
+        self.put_now(key, value, ttl_s, tenant)
 
-    def put_now(self, key: str, value: bytes, ttl_s: int) -> None:
+    def put_now(self, key: str, value: bytes, ttl_s: int, tenant: str = "") -> None:
         """:meth:`put` without a coroutine (nothing here waits)."""
-        if key in self._entries:
-            self._drop(key)
-        if len(value) > self.max_bytes:
-            return
-        self._entries[key] = (self._clock() + ttl_s, value)
-        self.size += len(value)
-        while self.size > self.max_bytes:
-            self._drop(next(iter(self._entries)))
+        self._entries.put(tenant, key, (self._clock() + ttl_s, value), len(value))
 
     async def delete(self, key: str) -> bool:
-        if key not in self._entries:
-            return False
-        expired = self._entries[key][0] <= self._clock()
-        self._drop(key)
-        return not expired
-
-    def _drop(self, key: str) -> None:
-        self.size -= len(self._entries.pop(key)[1])
+        entry = self._entries.pop(key)
+        return entry is not None and entry[0] > self._clock()
 
     async def aclose(self) -> None:
-        self._entries.clear()
-        self.size = 0
+        self._entries = TenantLRU(self.max_bytes, 1.0)
 
 
 class RedisRecords:
@@ -101,7 +96,7 @@ class RedisRecords:
         value = await self._call(self._redis.get(self.prefix + key))
         return value if isinstance(value, bytes) else None
 
-    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
+    async def put(self, key: str, value: bytes, ttl_s: int, tenant: str = "") -> None:
         await self._call(self._redis.set(self.prefix + key, value, ex=ttl_s))
 
     async def delete(self, key: str) -> bool:
