@@ -3,14 +3,18 @@
 Each entry is a Redis hash ``{prefix}e:{id}`` indexed by RedisVL (tags ``scope`` and
 ``namespace``, a cosine ``FLAT`` vector field of the embedder's dimension, created on first
 use); the exact layer is a plain key
-``{prefix}x:{namespace}:{exact}`` holding the entry id. TTL is Redis key expiry on both, so
-expired entries vanish by themselves. Connection failures raise; the cache stage bounds every
+``{prefix}x:{namespace}:{exact}`` holding the entry id, the namespace percent-encoded (no
+``:`` nor glob character left in it), so a purge's ``SCAN`` pattern matches one namespace
+exactly: ``team``'s never ``team:eng``'s. TTL is Redis key expiry on both, so
+expired entries vanish by themselves. What bounds the memory is Redis's ``maxmemory`` and
+its eviction policy, which knows no gateway keys (README's Security section). Connection failures raise; the cache stage bounds every
 call with a timeout and bypasses on failure, and redis-py reconnects on the next call.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
+from urllib.parse import quote
 
 import numpy as np
 from redis.asyncio import Redis
@@ -27,6 +31,16 @@ __all__ = ["RedisBackend"]
 
 def _escape(value: str) -> str:
     return value.replace(":", "_")
+
+
+def _encoded(namespace: str) -> str:
+    """``namespace`` with every character but letters, digits and ``_.-~`` as ``%XX``."""
+    return quote(namespace, safe="")
+
+
+def _glob(value: str) -> str:
+    """``value`` as a literal in a Redis ``MATCH`` pattern."""
+    return "".join("\\" + c if c in "\\*?[]" else c for c in value)
 
 
 def _text(value: bytes | str) -> str:
@@ -64,7 +78,7 @@ class RedisBackend(Backend):
         return self.index
 
     def _exact_key(self, namespace: str, exact: str) -> str:
-        return f"{self.prefix}x:{namespace}:{exact}"
+        return f"{self.prefix}x:{_encoded(namespace)}:{exact}"
 
     def _entry_key(self, entry_id: str) -> str:
         return f"{self.prefix}e:{entry_id}"
@@ -125,14 +139,14 @@ class RedisBackend(Backend):
 
     async def purge(self, namespace: str) -> int:
         n = 0
-        async for key in self.client.scan_iter(match=f"{self.prefix}x:{namespace}:*",
-                                               count=1000):
+        exact = f"{_glob(self.prefix)}x:{_encoded(namespace)}:*"  # this namespace's only
+        async for key in self.client.scan_iter(match=exact, count=1000):
             entry_id = await self.client.get(key)
             await self.client.delete(key)
             if entry_id is not None:
                 n += await self.client.delete(self._entry_key(_text(entry_id)))
         # entries whose exact key already expired or was replaced
-        async for key in self.client.scan_iter(match=f"{self.prefix}e:*", count=1000):
+        async for key in self.client.scan_iter(match=f"{_glob(self.prefix)}e:*", count=1000):
             if await self.client.hget(key, "namespace_raw") == namespace.encode():
                 n += await self.client.delete(key)
         return n
