@@ -7,8 +7,10 @@ minutes idle; Anthropic's ``cache_control``, 5 minutes or 1 hour), so a gateway 
 conversation's turns over several deployments pays full price and full prefill on each.
 OpenRouter keeps a conversation on one provider for that reason. A conversation is named by
 its ``prompt_cache_key`` (OpenAI's own parameter for routing to the same cache) when the
-client sends one, else by a hash of what opens it: the tools, the system prompt and the first
-message. A new conversation goes to the model's targets in turn; each attempt sent records
+client sends one (as the request carries it by then: namespaced by the client's gateway key
+at the door, :mod:`gateway.prompt_cache.cache_keys`, so one key's value names one
+conversation and another key's same value another), else by a hash of what opens it: the
+tools, the system prompt and the first message. A new conversation goes to the model's targets in turn; each attempt sent records
 its target for the conversation, so after a failover the conversation follows the target
 that answered. ``[balance] models = { NAME = "affinity" }``, ``affinity_ttl_s``.
 """

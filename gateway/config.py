@@ -16,6 +16,8 @@ from typing import Literal
 from gateway.errors import ConfigError
 from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
+from gateway.secret import SecretConfig
+from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
 
 __all__ = [
     "AuthConfig",
@@ -26,6 +28,8 @@ __all__ = [
     "LoggingConfig",
     "ModelConfig",
     "RateLimitConfig",
+    "ResponsesConfig",
+    "SecretConfig",
     "ServerConfig",
     "SpeculativeOptions",
     "Target",
@@ -64,6 +68,8 @@ class GatewayKey:
     def __post_init__(self) -> None:
         if (self.key_env is None) == (self.sha256 is None):
             raise ValueError(f"key {self.id!r}: set exactly one of key_env, sha256")
+        if not self.id or "/" in self.id:  # "KEY/NAME": a key's cache namespace NAME
+            raise ValueError(f"key {self.id!r}: an id is non-empty and holds no '/'")
 
 
 @dataclass(frozen=True)
@@ -251,30 +257,6 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
-class CacheConfig:
-    """Where the response cache lives (what it does per request is in the policy)."""
-
-    enabled: bool = False
-    #: "memory": in-process (per replica); "redis": RedisVL on Redis Stack >= 7.2 / Redis 8.
-    backend: Literal["memory", "redis"] = "memory"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    #: Environment variable holding the URL instead (one with a password, from a secret:
-    #: then it never sits in this file); it must be set when the gateway starts.
-    redis_url_env: str | None = None
-    #: Key prefix (and index name) in Redis.
-    prefix: str = "gwcache:"
-    #: memory backend bounds (LRU beyond either).
-    max_entries: int = bounded(100_000, ge=1)
-    max_bytes: int = bounded(512 * 1024 * 1024, ge=1024)
-    #: Load the embedding model for the semantic layer (else exact matches only).
-    semantic: bool = True
-
-    def __post_init__(self) -> None:
-        env = self.redis_url_env if self.backend == "redis" else None  # else never used
-        object.__setattr__(self, "redis_url", _redis_url(self.redis_url, env))
-
-
-@dataclass(frozen=True)
 class RateLimitConfig:
     """Where rate limits are counted (the limits themselves: the policy's
     ``[rate_limits]``)."""
@@ -290,46 +272,7 @@ class RateLimitConfig:
     def __post_init__(self) -> None:
         if self.redis_url is not None or self.redis_url_env is not None:
             object.__setattr__(self, "redis_url",
-                               _redis_url(self.redis_url, self.redis_url_env))
-
-
-def _redis_url(url: str | None, env: str | None) -> str:
-    """``url``, or the value of the environment variable ``env`` when one is named; raises
-    ValueError when that is unset or either is not a Redis URL (the value is never quoted:
-    it may hold a password)."""
-    if env is not None:
-        url = os.environ.get(env)
-        if not url:
-            raise ValueError(f"redis_url_env: the environment variable {env} is not set")
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis_url_env: {env} must hold a URL starting with redis://, "
-                             "rediss:// or unix://")
-    if url is None or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(f"redis_url must start with redis://, rediss:// or unix://, "
-                         f"got {url!r}")
-    return url
-
-
-@dataclass(frozen=True)
-class ResponsesConfig:
-    """Where ``/v1/responses`` keeps the responses it may be asked for again
-    (``previous_response_id``, ``GET /v1/responses/{id}``)."""
-
-    #: "memory": in-process (per replica; LRU beyond ``max_bytes``); "redis": shared.
-    #: Default: the cache's Redis when ``cache.backend = "redis"``, else memory.
-    store: Literal["memory", "redis"] | None = None
-    #: Unset: the cache's Redis URL.
-    redis_url: str | None = None
-    redis_url_env: str | None = None
-    prefix: str = "gwresp:"
-    #: How long a stored response stays retrievable (seconds; OpenAI keeps 30 days).
-    ttl_s: int = bounded(7 * 24 * 3600, ge=1)
-    max_bytes: int = bounded(256 * 1024 * 1024, ge=1024)
-
-    def __post_init__(self) -> None:
-        if self.redis_url is not None or self.redis_url_env is not None:
-            object.__setattr__(self, "redis_url",
-                               _redis_url(self.redis_url, self.redis_url_env))
+                               checked_redis_url(self.redis_url, self.redis_url_env))
 
 
 @dataclass(frozen=True)
@@ -342,6 +285,7 @@ class Config:
     cache: CacheConfig = field(default_factory=CacheConfig)
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     responses: ResponsesConfig = field(default_factory=ResponsesConfig)
+    secret: SecretConfig = field(default_factory=SecretConfig)
     #: Set by load_config: the file, and the folder relative paths are resolved against.
     path: str = "<defaults>"
     root: str = "."
@@ -372,6 +316,7 @@ def load_config(path: str | Path) -> Config:
         cache=config.cache,
         rate_limits=config.rate_limits,
         responses=config.responses,
+        secret=config.secret,
         path=path,
         root=str(Path(path).resolve().parent),
     )

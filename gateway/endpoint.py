@@ -101,6 +101,8 @@ class ModelEndpoint:
             ctx = RequestContext(self.kind, self.path, raw, body, headers, first, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
+            if "prompt_cache_key" in body:  # the client's own: namespaced by its key
+                gw.cache_keys.scope(ctx)
             if rec.stream:
                 ctx.accepted = sending.accepted
             with gw.watches.watch(receive, task):

@@ -29,6 +29,7 @@ from gateway.entry_limits import EntryLimits, ModelLimiters
 from gateway.metrics import Metrics
 from gateway.models import ModelTable
 from gateway.policy import Policy
+from gateway.prompt_cache.cache_keys import CacheKeys
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.routing.decision import Routers
@@ -53,6 +54,8 @@ class Services:
     compression: CompressionState
     #: The prompt_cache stage's memory of recent requests.
     prompt_memory: PromptMemory
+    #: OpenAI prompt_cache_key values under the deployment's secret.
+    cache_keys: CacheKeys
     #: The rate_limit stage's buckets and Redis client.
     rate_limiter: RateLimiter
     #: Admission's gateway-wide and per-key limits, and per-model slots.
@@ -84,7 +87,8 @@ STAGES: dict[str, StageRow] = {
     "compress": StageRow(
         lambda p, s: compress.build(p.compression, s.compression, s.upstreams),
         after=("cache", "route")),
-    "prompt_cache": StageRow(lambda p, s: prompt_cache.build(p.prompt_cache, s.prompt_memory)),
+    "prompt_cache": StageRow(lambda p, s: prompt_cache.build(p.prompt_cache, s.prompt_memory,
+                                                             s.cache_keys)),
     # Admission needs the model to serve, which the route stage chooses.
     "admission": StageRow(
         lambda p, s: admission.build(s.entry_limits, s.model_limiters, s.metrics, s.models),

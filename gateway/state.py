@@ -31,13 +31,16 @@ from gateway.metrics import Metrics
 from gateway.models import ModelTable
 from gateway.pipeline import Pipeline
 from gateway.policy import Policy, PolicyStore
+from gateway.prompt_cache.cache_keys import CacheKeys
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.requestlog import RequestIds, RequestLogger
 from gateway.response_store.records import MemoryRecords, Records, RedisRecords
 from gateway.response_store.store import ResponseStore
 from gateway.routing.decision import Routers
+from gateway.secret import load_secret
 from gateway.stage_table import Services, check_stages
+from gateway.store_config import key_share
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 from llm_wire.asgi import DisconnectWatches
@@ -56,16 +59,19 @@ def check_policy(policy: Policy, models: ModelTable, routers: Routers) -> None:
 
 
 def build_cache(config: CacheConfig, embed: Embed | None,
-                kind: Callable[[], VerifierKind] = lambda: "mlp") -> ResponseCache:
+                kind: Callable[[], VerifierKind] = lambda: "mlp", keys: int = 1
+                ) -> ResponseCache:
     """The response cache on its configured backend, scoring with the shipped verifier that
-    ``kind()`` (the current policy's ``[cache] verifier``) names."""
+    ``kind()`` (the current policy's ``[cache] verifier``) names; ``keys``: how many gateway
+    keys share it (their share of the memory backend, :func:`~gateway.store_config.key_share`)."""
     backend: Backend
     if config.backend == "redis":
         from gateway.cache.redis_backend import RedisBackend
 
         backend = RedisBackend(config.redis_url, prefix=config.prefix)
     else:
-        backend = MemoryBackend(config.max_entries, config.max_bytes)
+        backend = MemoryBackend(config.max_entries, config.max_bytes,
+                                share=key_share(config.key_share, keys))
     return ResponseCache(backend, embed, PolicyVerifier(kind))
 
 
@@ -78,7 +84,8 @@ def build_response_records(config: Config) -> Records:
     if store == "redis":
         url = settings.redis_url or cache.redis_url
         return RedisRecords(url, settings.prefix)
-    return MemoryRecords(settings.max_bytes)
+    return MemoryRecords(settings.max_bytes,
+                         share=key_share(settings.key_share, len(config.auth.keys)))
 
 
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
@@ -134,12 +141,15 @@ class Gateway:
         self.metrics.watch_guards(self.dispatcher)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
         self.request_ids = RequestIds()
-        self.cache = build_cache(config.cache, embed, lambda: self.policy.cache.verifier) \
-            if config.cache.enabled else None
+        self.cache = build_cache(config.cache, embed, lambda: self.policy.cache.verifier,
+                                 len(config.auth.keys)) if config.cache.enabled else None
         if self.cache is not None:
             self.metrics.watch_cache(self.cache)
         #: The prompt_cache stage's memory of recent requests (kept across policy reloads).
         self.prompt_memory = PromptMemory()
+        #: OpenAI prompt_cache_key values under the deployment's secret: a client's own is
+        #: namespaced by its key at the door (gateway.endpoint), the stage derives the rest.
+        self.cache_keys = CacheKeys(load_secret(config.secret, config.path))
         #: The rate_limit stage's buckets and Redis client (kept across policy reloads).
         self.rate_limiter = RateLimiter.from_config(config)
         #: Graceful shutdown (SIGTERM): see gateway.drain.
@@ -173,7 +183,8 @@ class Gateway:
         self.services = Services(
             metrics=self.metrics, models=self.models, upstreams=self.upstreams,
             cache=self.cache, routers=self.routers, compression=self.compression,
-            prompt_memory=self.prompt_memory, rate_limiter=self.rate_limiter,
+            prompt_memory=self.prompt_memory, cache_keys=self.cache_keys,
+            rate_limiter=self.rate_limiter,
             entry_limits=self.entry_limits, model_limiters=self.model_limiters,
             flights=self.flights)
         self._terminal = Dispatch(self.dispatcher)

@@ -14,9 +14,11 @@ order:
   (:mod:`~gateway.prompt_cache.breakpoints`), keys in the order tools, system, messages;
 - **openai** (OpenAI-compatible servers and the local engine): tools sorted, volatile lines
   moved to the end of the last message, and ``prompt_cache_key`` set unless the client set
-  one: ``gw-`` + 16 hex digits of BLAKE2b over the gateway key's id and the static prefix
-  (tools and leading system messages, as sent), so requests sharing a prefix are routed to
-  the same OpenAI cache machine (https://platform.openai.com/docs/guides/prompt-caching).
+  one (its own, already namespaced by its key at the door): ``gw-`` + 16 hex digits of an
+  HMAC under the deployment's secret over the gateway key's id and the static prefix
+  (tools and leading system messages, as sent; :mod:`~gateway.prompt_cache.cache_keys`), so
+  requests sharing a prefix are routed to the same OpenAI cache machine
+  (https://platform.openai.com/docs/guides/prompt-caching), and no other key can send it.
   The local engine ignores fields it does not know, so it is sent there too;
 - **responses** (a Responses request to an upstream serving it natively): tools sorted and
   ``prompt_cache_key`` set likewise (its static prefix: tools, ``instructions``, the leading
@@ -30,16 +32,14 @@ to cache, once the request went through.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from gateway.prompt_cache import canonical, relocate
 from gateway.prompt_cache.breakpoints import Placed, Ttl, min_tokens_for, place
+from gateway.prompt_cache.cache_keys import CacheKeys
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.volatile import (
     Cut,
@@ -73,12 +73,15 @@ class Shaping:
     """One request's shaping: built by the stage, called by dispatch once per target as
     ``shaping(body, upstream_api) -> body``."""
 
-    __slots__ = ("_changed", "_cuts", "_key", "_memory", "_placed", "_record", "_settings")
+    __slots__ = ("_changed", "_cuts", "_key", "_keys", "_memory", "_placed", "_record",
+                 "_settings")
 
-    def __init__(self, settings: Settings, memory: PromptMemory, record: RequestRecord,
-                 key_id: str | None, model: str, body: dict[str, Any], api: str) -> None:
+    def __init__(self, settings: Settings, memory: PromptMemory, keys: CacheKeys,
+                 record: RequestRecord, key_id: str | None, model: str, body: dict[str, Any],
+                 api: str) -> None:
         self._settings = settings
         self._memory = memory
+        self._keys = keys
         self._record = record
         self._key = key_id
         self._cuts: dict[tuple[str, ...], dict[str, Cut]] = {}
@@ -159,10 +162,7 @@ class Shaping:
         return out
 
     def _cache_key(self, tools: Any, static: list[Any]) -> str:
-        digest = hashlib.blake2b((self._key or "").encode(), digest_size=8)
-        digest.update(b"\0")
-        digest.update(orjson.dumps([tools, static]))
-        return "gw-" + digest.hexdigest()
+        return self._keys.derived(self._key, tools, static)
 
     def _log(self, added: int, moved: Sequence[Moved]) -> None:
         kinds = Counter(m.kind for m in moved)

@@ -14,7 +14,8 @@ inside a document, list, table, code or JSON), Anthropic ``cache_control`` marke
 most 4 with the client's, a rolling one on the conversation's tail), and OpenAI's
 ``prompt_cache_key`` set (:mod:`gateway.prompt_cache.shape`). With the stage off (not in the pipeline, or
 ``enabled = false``), ``shape_body`` stays unset and the client's bytes are forwarded as
-they came.
+they came (but for its own ``prompt_cache_key``, namespaced by its gateway key at the door
+whatever the stages: :mod:`gateway.prompt_cache.cache_keys`).
 
 A request too short to be cached anywhere (under the policy's smallest minimum cacheable
 length, ``min_tokens`` and ``default_min_tokens``, as estimated from its size: 1,024 tokens
@@ -34,6 +35,7 @@ from typing import Any
 
 from gateway.context import Next, Reply, RequestContext
 from gateway.policy import PromptCachePolicy
+from gateway.prompt_cache.cache_keys import CacheKeys
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.shape import Settings, Shaping
 from gateway.prompt_cache.volatile import Detector
@@ -41,11 +43,12 @@ from gateway.prompt_cache.volatile import Detector
 __all__ = ["PromptCacheStage", "build", "settings"]
 
 
-def build(policy: PromptCachePolicy, memory: PromptMemory) -> PromptCacheStage | None:
+def build(policy: PromptCachePolicy, memory: PromptMemory, keys: CacheKeys
+          ) -> PromptCacheStage | None:
     """None when the policy turns the stage off."""
     if not policy.enabled:
         return None
-    return PromptCacheStage(settings(policy), memory)
+    return PromptCacheStage(settings(policy), memory, keys)
 
 
 def settings(policy: PromptCachePolicy) -> Settings:
@@ -59,9 +62,10 @@ def settings(policy: PromptCachePolicy) -> Settings:
 
 
 class PromptCacheStage:
-    def __init__(self, settings: Settings, memory: PromptMemory) -> None:
+    def __init__(self, settings: Settings, memory: PromptMemory, keys: CacheKeys) -> None:
         self.settings = settings
         self.memory = memory
+        self.keys = keys
         # Bytes below which no provider caches the prompt (the stage's estimate is bytes/4
         # tokens, which the JSON around the text only inflates: a conservative cut).
         self.min_bytes = 4 * min([settings.default_min_tokens, *settings.min_tokens.values()])
@@ -71,8 +75,8 @@ class PromptCacheStage:
             return await call_next(ctx)
         api = ctx.api.name
         # a Responses request's system prompt is read in its chat view (instructions first)
-        shaping = Shaping(self.settings, self.memory, ctx.record, ctx.key_id, ctx.model,
-                          ctx.chat if api == "responses" else ctx.body,
+        shaping = Shaping(self.settings, self.memory, self.keys, ctx.record, ctx.key_id,
+                          ctx.model, ctx.chat if api == "responses" else ctx.body,
                           "openai" if api == "responses" else api)
         before = ctx.shape_body
         if before is None:

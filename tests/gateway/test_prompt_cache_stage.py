@@ -411,4 +411,5 @@ def test_a_native_responses_request_gets_a_cache_key_and_its_text_as_sent(make, 
     assert first["prompt_cache_key"].startswith("gw-")
     assert second["prompt_cache_key"] == first["prompt_cache_key"]  # tools in one order
     assert second["tools"] == first["tools"]
-    assert third["prompt_cache_key"] == "mine"  # the client's own is kept
+    # the client's own is kept, namespaced by its gateway key
+    assert third["prompt_cache_key"] == gw.gateway.cache_keys.client("team-a", "mine")

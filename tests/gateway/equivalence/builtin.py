@@ -13,7 +13,7 @@ data's layouts and with what a volatility detector could mistake for volatile te
 - ``family``: requests whose system prompts differ only in one line ("Weather in Paris:
   ..."), sent in order: the traffic shows that line to change, so it may move
   (:mod:`~tests.gateway.equivalence.evidence`);
-- ``chat``: a short chat.
+- ``chat``: a short chat, and one with the client's own ``prompt_cache_key`` (G3).
 """
 
 from __future__ import annotations
@@ -170,6 +170,10 @@ def _chat() -> Iterator[Item]:
     yield Item("builtin", "short chat", {"messages": [
         {"role": "system", "content": "You are brief."},
         {"role": "user", "content": "Hello! What's 2 + 2?"}]})
+    yield Item("builtin", "short chat, the client's own prompt_cache_key", {
+        "prompt_cache_key": "my-conversation", "messages": [
+            {"role": "system", "content": "You are brief."},
+            {"role": "user", "content": "And 3 + 3?"}]})
 
 
 def builtin_items() -> list[Item]:

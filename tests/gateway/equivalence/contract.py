@@ -6,11 +6,16 @@ Gateway-wide:
 - G1 ``model`` becomes the target's upstream model name (the route stage: one of a tier's,
   when the client asked a router): :attr:`Allowed.models`.
 - G2 OpenAI streaming: ``stream_options.include_usage = true`` when the client did not ask.
+- G3 OpenAI: a ``prompt_cache_key`` the client set (a string) becomes ``gwk-`` + 32 lowercase
+  hex digits, an HMAC of it under the client's gateway key and the deployment's secret (the
+  same value from the same key, the same key upstream; another key's never equal: tenants
+  share the upstream's prompt cache). Whatever the policy, stages on or off.
 
 Stage prompt_cache (on by default):
 
 - P1 ``tools`` reordered and keys inside them reordered: the same multiset of definitions.
-- P2 OpenAI: ``prompt_cache_key`` ("gw-" + 16 lowercase hex digits) when the client set none.
+- P2 OpenAI: ``prompt_cache_key`` ("gw-" + 16 lowercase hex digits, an HMAC under the
+  deployment's secret of the gateway key and the static prefix) when the client set none.
 - P3 Anthropic: ``cache_control`` markers (``{"type": "ephemeral"}``, optionally with
   ``"ttl": "1h"``) on at most 4 blocks in all, the client's counted and kept; a string
   ``system`` or message ``content`` may become one text block to carry one. Both sides are

@@ -1,6 +1,6 @@
 """The contract's rules for OpenAI Chat Completions bodies: G2 (the stream's usage option), P2
-(``prompt_cache_key``), P1 (tools), P4 (moved lines, appended to the last user message or as
-a final user message after a tool result) and the compress stage's texts."""
+and G3 (``prompt_cache_key``), P1 (tools), P4 (moved lines, appended to the last user message
+or as a final user message after a tool result) and the compress stage's texts."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from tests.gateway.equivalence.diff import first_difference, shorten
 from tests.gateway.equivalence.relocation import Moves, block
 from tests.gateway.equivalence.rules import Allowed, Text, Verdict, compressed, current_turn, tools
 
-__all__ = ["CACHE_KEY", "openai"]
+__all__ = ["CACHE_KEY", "CLIENT_CACHE_KEY", "openai"]
 
+#: P2: the key the prompt_cache stage derives.
 CACHE_KEY = re.compile(r"gw-[0-9a-f]{16}")
+#: G3: the client's own, namespaced by its gateway key (gateway.prompt_cache.cache_keys).
+CLIENT_CACHE_KEY = re.compile(r"gwk-[0-9a-f]{32}")
 
 
 def openai(c: dict[str, Any], u: dict[str, Any], allowed: Allowed, verdict: Verdict
@@ -29,10 +32,9 @@ def openai(c: dict[str, Any], u: dict[str, Any], allowed: Allowed, verdict: Verd
                 return (f"$.stream_options: expected {wanted} upstream (G2), got "
                         f"{shorten(u.get('stream_options'))}")
             _restore(c, u, "stream_options")
-    if c.get("prompt_cache_key") is None and "prompt_cache_key" in u:  # P2
-        if not CACHE_KEY.fullmatch(str(u["prompt_cache_key"])):
-            return f"$.prompt_cache_key: {u['prompt_cache_key']!r} is not gw- + 16 hex digits"
-        _restore(c, u, "prompt_cache_key")
+    error = _cache_key(c, u)
+    if error is not None:
+        return error
     error = tools(c, u)
     mine, theirs = c["messages"], u.get("messages")
     if error is not None or not isinstance(theirs, list):
@@ -60,6 +62,23 @@ def openai(c: dict[str, Any], u: dict[str, Any], allowed: Allowed, verdict: Verd
                 found[-1].request = True
             texts += found
     return compressed(texts, allowed, verdict)
+
+
+def _cache_key(c: dict[str, Any], u: dict[str, Any]) -> str | None:
+    """P2: a ``prompt_cache_key`` the client did not set is ``gw-`` + 16 hex digits; G3: one
+    it set (a string) goes as ``gwk-`` + 32 hex digits (an HMAC of the value under its
+    gateway key: the same value, the same key upstream)."""
+    mine, theirs = c.get("prompt_cache_key"), u.get("prompt_cache_key")
+    if mine is None and "prompt_cache_key" in u:  # P2
+        if not CACHE_KEY.fullmatch(str(theirs)):
+            return f"$.prompt_cache_key: {theirs!r} is not gw- + 16 hex digits"
+        _restore(c, u, "prompt_cache_key")
+    elif isinstance(mine, str):  # G3
+        if not CLIENT_CACHE_KEY.fullmatch(str(theirs)):
+            return (f"$.prompt_cache_key: the client's {mine!r} went as {theirs!r}, not "
+                    "namespaced (gwk- + 32 hex digits)")
+        _restore(c, u, "prompt_cache_key")
+    return None
 
 
 def _message_texts(path: str, message: dict[str, Any], theirs: list[Any], i: int

@@ -59,6 +59,15 @@ def test_tools_sorted_and_a_cache_key_pass_a_changed_tool_fails():
         check("openai", client, upstream(client, prompt_cache_key="mine"), ALLOWED).error)
 
 
+def test_the_clients_own_cache_key_goes_namespaced_never_as_it_came():
+    client = chat(prompt_cache_key="mine")
+    namespaced = upstream(client, prompt_cache_key="gwk-" + "0123456789abcdef" * 2)
+    assert check("openai", client, namespaced, ALLOWED).error is None
+    assert "not namespaced" in str(check("openai", client, upstream(client), ALLOWED).error)
+    assert "not namespaced" in str(check("openai", client, upstream(
+        client, prompt_cache_key="gw-0123456789abcdef"), ALLOWED).error)
+
+
 def test_a_stream_gets_the_usage_option_and_nothing_else():
     client = chat(stream=True)
     ok = upstream(client, stream_options={"include_usage": True})

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.formats.openai_to_anthropic import anthropic_request
 from gateway.policy import PromptCachePolicy
+from gateway.prompt_cache.cache_keys import CacheKeys
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.relocate import MARKER, system_texts
 from gateway.prompt_cache.shape import Shaping
@@ -41,11 +42,13 @@ class Gateway:
     def __init__(self, **policy: Any) -> None:
         self.settings = settings(PromptCachePolicy(**policy))
         self.memory = PromptMemory()
+        self.keys = CacheKeys(b"s" * 32)
 
     def shape(self, body: dict[str, Any], api: str = "openai", key: str | None = "k1",
               client_api: str = "openai") -> tuple[dict[str, Any], RequestRecord]:
         record = RequestRecord("r", "/")
-        shaping = Shaping(self.settings, self.memory, record, key, "m", body, client_api)
+        shaping = Shaping(self.settings, self.memory, self.keys, record, key, "m", body,
+                          client_api)
         if api == "anthropic" and client_api == "openai":
             body = anthropic_request(body, "claude-x", 64)
         out = shaping(body, api)
@@ -79,7 +82,12 @@ def test_the_cache_key_follows_the_static_prefix_and_the_gateway_key():
     assert key(chat(system=RULES + "\nNow: 10:00"), key="k2") != first
     # A time that cannot move (here inside a list) is part of the prefix.
     assert key(chat(system=RULES + "\n- Now: 10:00")) != key(chat(system=RULES + "\n- Now: 11:30"))
-    assert key(chat(prompt_cache_key="mine")) == "mine"  # the client's own stays
+    assert key(chat(prompt_cache_key="mine")) == "mine"  # the client's own stays (the door
+    # namespaced it already: tests/gateway/security/test_tenants.py)
+    # an HMAC under the deployment's secret: another secret, another key
+    other = Gateway()
+    other.keys = CacheKeys(b"t" * 32)
+    assert str(other.shape(chat(system=RULES + "\nNow: 10:00"))[0]["prompt_cache_key"]) != first
     assert "prompt_cache_key" not in Gateway(openai_cache_key=False).shape(chat())[0]
     assert "prompt_cache_key" not in gw.shape(chat(), api="anthropic")[0]
 
