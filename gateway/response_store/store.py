@@ -11,9 +11,12 @@ ids and statuses left out), so a provider's prompt cache keeps hitting it. When 
 previous response was served by an upstream that keeps responses itself (OpenAI, a
 ``native_responses`` upstream), that upstream is sent the client's request as it was,
 ``previous_response_id`` and all (:class:`~gateway.context.UpstreamState`); any other target
-gets the rebuilt one. An id the store does not know is forwarded as it is when the model has
-such an upstream (the conversation may be kept there), else refused: 400
-``previous_response_not_found``, as OpenAI answers.
+gets the rebuilt one. An id the store does not hold for the caller's key is refused: 400
+``previous_response_not_found``, as OpenAI answers. Tenants share the upstream's key, so an
+id forwarded to it would continue whichever conversation it names, another key's too: only
+a gateway without keys (one tenant, who holds the whole upstream key's reach anyway)
+forwards an unknown id to a model's native upstream, where the conversation may be kept.
+For the same reason a ``conversation`` (an object OpenAI keeps) is refused with gateway keys.
 
 After the pipeline, :meth:`ResponseStore.keep` stores the answer once the client has it
 whole (a whole ``response``, or a stream's ``response.completed`` / ``response.incomplete``
@@ -66,6 +69,8 @@ class Turn:
     previous: str | None
     store: bool
     response: dict[str, Any] | None = None
+    #: The gateway key whose record it becomes ("" without keys).
+    tenant: str = ""
 
 
 def _normal(item: dict[str, Any]) -> dict[str, Any]:
@@ -132,22 +137,26 @@ class ResponseStore:
     async def resolve(self, ctx: RequestContext) -> Turn:
         """Rebuild ``ctx``'s conversation when it continues one (``ctx.body`` and ``raw``
         replaced); raises InvalidRequest (400 ``previous_response_not_found``) for an id
-        neither the store nor any of the model's upstreams can know, StoreUnavailable (503)
-        when the store does not answer."""
+        the store does not hold for ``ctx.key_id`` (without gateway keys, only when none of
+        the model's upstreams keeps responses itself), StoreUnavailable (503) when the
+        store does not answer."""
         body = ctx.body
+        if ctx.key_id is not None and body.get("conversation") is not None:
+            _no_conversation(body["conversation"])
         previous = body.get("previous_response_id")
         store = body.get("store") is not False
         # the input as stored items (an id each): only for a response kept or a chain
         own = input_items(body) if store or previous is not None else []
-        turn = Turn(self.key(ctx.key_id, ""), own, previous, store)
+        turn = Turn(self.key(ctx.key_id, ""), own, previous, store, tenant=ctx.key_id or "")
         if previous is None:
             return turn
         record = await self.record(ctx.key_id, previous)
         if record is None:
             route = ctx.route
-            if route is not None and any(self.upstreams[t.upstream].native_responses
-                                         for t in route.targets):
-                return turn  # forwarded: the upstream may know it (the cache stays out)
+            if ctx.key_id is None and route is not None and any(  # one tenant: forwarded,
+                    self.upstreams[t.upstream].native_responses  # the upstream may know it
+                    for t in route.targets):  # (the cache stays out)
+                return turn
             raise InvalidRequest(f"Previous response with id '{previous}' not found.",
                                  param="previous_response_id",
                                  code="previous_response_not_found")
@@ -196,21 +205,32 @@ class ResponseStore:
         key = turn.key + rid
         records = self.records
         if isinstance(records, MemoryRecords):  # written at once: no task to make
-            records.put_now(key, value, self.ttl_s)
+            records.put_now(key, value, self.ttl_s, turn.tenant)
             return
-        task = asyncio.ensure_future(self._put(key, value))
+        task = asyncio.ensure_future(self._put(key, value, turn.tenant))
         if not task.done():
             self._writing[key] = task
             task.add_done_callback(lambda _: self._writing.pop(key, None))
 
-    async def _put(self, key: str, value: bytes) -> None:
+    async def _put(self, key: str, value: bytes, tenant: str) -> None:
         try:
-            await self.records.put(key, value, self.ttl_s)
+            await self.records.put(key, value, self.ttl_s, tenant)
         except StoreUnavailable:
             log.warning("response_store_write_failed", bytes=len(value))
 
     async def aclose(self) -> None:
         await self.records.aclose()
+
+
+def _no_conversation(conversation: Any) -> None:
+    """Refuse a ``conversation`` (400): kept by the upstream under the key all tenants share,
+    it could be any key's, and the gateway records none."""
+    cid = conversation.get("id") if isinstance(conversation, dict) else conversation
+    named = f" with id '{cid}'" if isinstance(cid, str) and len(cid) <= 128 else ""
+    raise InvalidRequest(f"Conversation{named} not found. With gateway keys, a conversation "
+                         "kept upstream cannot be told apart by key: continue with "
+                         "previous_response_id instead.", param="conversation",
+                         code="conversation_not_found")
 
 
 def _output_items(response: dict[str, Any]) -> list[dict[str, Any]]:
