@@ -68,6 +68,10 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
     ('[models.n]\ntargets = [{ upstream = "up", model = "x" }]\naliases = ["m"]\n',
      "models.n", "already used by 'm'"),
     ('[[auth.keys]]\nid = "a"\n', "auth.keys[0]", "exactly one of key_env, sha256"),
+    ('[[auth.keys]]\nid = "team/eng"\nsha256 = "00"\n', "auth.keys[0]", "holds no '/'"),
+    ("[responses]\nkey_share = 0\n", "responses.key_share", "must be >= 0.001"),
+    ("[cache]\nkey_share = 1.5\n", "cache.key_share", "must be <= 1.0"),
+    ('[secret]\nvar = "X"\n', "secret.var", "allowed keys: env, file"),
 ])
 def test_bad_config_names_file_key_and_allowed_values(tmp_path, extra, key, fragment):
     # later tables with the same name would be a TOML error, so splice into a fresh file

@@ -187,6 +187,20 @@ def test_memory_records_expire_and_stay_within_their_bytes() -> None:
     asyncio.run(go())
 
 
+def test_memory_records_keep_each_keys_share() -> None:
+    records = MemoryRecords(max_bytes=100, share=0.5)
+
+    async def go() -> None:
+        await records.put("a:1", b"a" * 30, ttl_s=50, tenant="a")
+        for i in range(5):  # b's writes past its 50 bytes evict b's own
+            await records.put(f"b:{i}", b"b" * 20, ttl_s=50, tenant="b")
+        assert await records.get("a:1") == b"a" * 30
+        assert [await records.get(f"b:{i}") is not None for i in range(5)] == [
+            False, False, False, True, True]
+        assert records.size == 70
+    asyncio.run(go())
+
+
 def test_an_anthropic_upstream_parses_json_schema_and_round_trips_a_tool(
         with_claude: tuple[GatewayServer, FakeAnthropic]) -> None:
     from pydantic import BaseModel

@@ -130,3 +130,43 @@ async def test_memory_backend_evicts_least_recently_used() -> None:
     for i in range(10):
         await small.put(entry(70 + i), unit(70 + i), 60)
     assert small.nbytes <= 1000 and len(small.entries) < 10
+
+
+async def test_purge_matches_one_namespace_exactly(backend: Backend) -> None:
+    names = ["team", "team:eng", "team/x", "t*", "te?m", "[t]eam", "tea%6D"]
+    for i, namespace in enumerate(names):
+        await backend.put(entry(90 + i, namespace=namespace), unit(90 + i), 60)
+    assert await backend.purge("team") == 1
+    assert await backend.purge("t*") == 1
+    assert await backend.purge("[t]eam") == 1
+    assert await backend.get_exact("exact90", "team") is None
+    for i, namespace in enumerate(names):
+        if namespace not in ("team", "t*", "[t]eam"):
+            assert await backend.get_exact(f"exact{90 + i}", namespace) is not None, namespace
+
+
+async def test_a_redis_prefix_with_glob_characters_purges_its_own_keys_only(
+        redis_server: RedisServer) -> None:
+    mine = RedisBackend(redis_server.url, prefix="p[1]*:", dim=DIM)
+    other = RedisBackend(redis_server.url, prefix="p1x:", dim=DIM)
+    try:
+        await mine.put(entry(100, namespace="team"), unit(100), 60)
+        await other.put(entry(101, namespace="team"), unit(101), 60)
+        assert await mine.purge("team") == 1
+        assert await other.get_exact("exact101", "team") is not None
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_the_memory_backend_keeps_each_keys_share() -> None:
+    backend = MemoryBackend(max_entries=4, share=0.5)
+    await backend.put(entry(110, namespace="team-a"), unit(110), 60)
+    for i in range(6):  # B fills the cache from two of its namespaces
+        await backend.put(entry(111 + i, namespace="team-b/x" if i % 2 else "team-b"),
+                          unit(111 + i), 60)
+    assert await backend.get_exact("exact110", "team-a") is not None
+    held = [e.namespace for e, _ in await backend.search("s1", unit(110), 10)]
+    assert sorted(held) == ["team-a", "team-b", "team-b/x"]  # B: its 2 newest
+    assert len(backend.entries) == 3 and backend.nbytes == sum(
+        e.nbytes for e, _ in backend.entries.values())

@@ -89,3 +89,29 @@ def test_the_shipped_prior_loads_and_serves_nothing_cold_at_the_default_delta() 
     b = ErrorBound(0.02, 0.05)
     assert b.prior.total.sum() > 0
     assert b.decide("m", "x", 0.999, 0.99999) == "miss"
+
+
+def test_a_namespaces_outcomes_move_its_own_bound_only() -> None:
+    b = bound()
+    for i in range(80):
+        b.learn("m", f"a{i}", 0.98, 0.5, right=True, namespace="team-a")
+    assert b.decide("m", "x", 0.985, 0.5, namespace="team-a") == "serve"
+    assert b.decide("m", "x", 0.985, 0.5, namespace="team-b") == "miss"  # B: still cold
+    assert b.decide("m", "x", 0.985, 0.5, namespace="team-a/sub") == "miss"
+    for i in range(500):  # B's answers all wrong where A's were right
+        b.learn("m", f"b{i}", 0.98, 0.5, right=False, namespace="team-b")
+    assert b.decide("m", "x", 0.985, 0.5, namespace="team-a") == "serve"
+    for i in range(80):  # and B's right answers open nothing for A's other namespace
+        b.learn("m", f"c{i}", 0.95, 0.5, right=True, namespace="team-b/x")
+    assert b.decide("m", "x", 0.955, 0.5, namespace="team-a") == "miss"
+
+
+def test_namespaces_without_end_forget_their_own_key_s_bounds() -> None:
+    b = ErrorBound(0.05, 0.0, Prior.empty(), max_groups=4, max_entries=10)
+    for i in range(80):
+        b.learn("m", f"a{i}", 0.98, 0.5, right=True, namespace="team-a")
+    b.learn("m", "a-bad", 0.99, 0.9, right=False, namespace="team-a")
+    for n in range(50):  # B makes namespace after namespace, wrong each time
+        b.learn("m", f"b{n}", 0.98, 0.5, right=False, namespace=f"team-b/{n}")
+    assert b.decide("m", "x", 0.985, 0.5, namespace="team-a") == "serve"  # A's bound kept
+    assert b.decide("m", "a-bad", 0.985, 0.5, namespace="team-a") == "miss"  # and its entry
