@@ -15,7 +15,10 @@ another's):
   and neither line counts.
 - **Cached prefixes**, per key: the fingerprint of each prefix the gateway asked Anthropic to
   cache (a hash chain over its blocks, :mod:`gateway.prompt_cache.breakpoints`) and when it
-  was last sent, for the 20-block lookback and the ``auto`` TTL.
+  was last sent, for the 20-block lookback and the ``auto`` TTL. Shared by the keys as
+  :class:`~gateway.tenant_lru.TenantLRU` shares memory: a full table forgets the prefixes
+  of the key holding the most, so one key's flood of prefixes forgets its own. (Families
+  need no such share: a key has one per model it can name.)
 
 Everything runs on the event loop: no locks. ``clock`` (seconds, monotonic) is injectable
 for tests.
@@ -28,6 +31,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+
+from gateway.tenant_lru import TenantLRU
 
 __all__ = ["EVIDENCE", "PromptMemory"]
 
@@ -52,11 +57,10 @@ class PromptMemory:
                  prefixes: int = 16384, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._families: OrderedDict[Hashable, list[_Variant]] = OrderedDict()
-        self._prefixes: OrderedDict[tuple[str | None, int], float] = OrderedDict()
+        self._prefixes: TenantLRU[float] = TenantLRU(prefixes)  # each counts 1
         self._max_families = families
         self._max_variants = variants
         self._max_lines = max_lines
-        self._max_prefixes = prefixes
 
     # -- volatile lines ---------------------------------------------------------------------
 
@@ -88,17 +92,18 @@ class PromptMemory:
 
     def last_seen(self, key: str | None, prefix: int) -> float | None:
         """When the gateway last had ``prefix`` cached for ``key`` (clock seconds), or None."""
-        return self._prefixes.get((key, prefix))
+        return self._prefixes.peek(_named(key, prefix))
 
     def remember(self, key: str | None, prefixes: Iterable[int]) -> None:
         """``prefixes`` were sent with cache markers for ``key`` now."""
         now = self.clock()
-        table = self._prefixes
         for prefix in prefixes:
-            table[(key, prefix)] = now
-            table.move_to_end((key, prefix))
-        while len(table) > self._max_prefixes:
-            table.popitem(last=False)
+            self._prefixes.put(key or "", _named(key, prefix), now, 1)
+
+
+def _named(key: str | None, prefix: int) -> str:
+    """A key's prefix as one name, unambiguously (``None``, no keys, apart from ``""``)."""
+    return f"{prefix}" if key is None else f"{prefix}:{key}"
 
 
 def _closest(variants: list[_Variant], new: array[int], tail: int

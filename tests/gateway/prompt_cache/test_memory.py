@@ -109,3 +109,12 @@ def test_cached_prefixes_are_per_key_with_the_time_they_were_sent():
     assert memory.last_seen("a", 11) == 100.0 and memory.last_seen("a", 12) == 400.0
     assert memory.last_seen("b", 11) is None
     assert memory.last_seen(None, 11) is None
+
+
+def test_one_keys_flood_of_prefixes_forgets_its_own():
+    memory = PromptMemory(prefixes=8)
+    memory.remember("a", [1, 2])
+    for prefix in range(100, 200):
+        memory.remember("b", [prefix])
+    assert memory.last_seen("a", 1) is not None and memory.last_seen("a", 2) is not None
+    assert memory.last_seen("b", 199) is not None and memory.last_seen("b", 100) is None
