@@ -256,7 +256,8 @@ class Purging:
 
     def __init__(self, make_gateway: Callable[..., GatewayServer], redis: RedisServer,
                  prefix: str) -> None:
-        policy = DEFAULT_POLICY + "\n[cache]\nenabled = true\nmax_temperature = 1.0\n"
+        policy = DEFAULT_POLICY + ("\n[cache]\nenabled = true\nmax_temperature = 1.0\n"
+                                   "lookup_timeout_ms = 5000\n")  # a loaded machine's Redis
         self.gw = make_gateway(f'\n[cache]\nenabled = true\nbackend = "redis"\n'
                                f'redis_url = "{redis.url}"\nprefix = "{prefix}"\n'
                                'semantic = false\n' + keys(*self.KEYS.items()), policy=policy)
