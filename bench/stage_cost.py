@@ -61,6 +61,7 @@ def shape_timing(bodies: dict[str, list[dict[str, Any]]], sized: list[bool],
     (ms) over the requests that ``sized`` marks. None while the stage does not exist."""
     try:
         from gateway.policy import PromptCachePolicy
+        from gateway.prompt_cache.cache_keys import CacheKeys
         from gateway.prompt_cache.memory import PromptMemory
         from gateway.prompt_cache.shape import Shaping
         from gateway.requestlog import RequestRecord
@@ -68,6 +69,7 @@ def shape_timing(bodies: dict[str, list[dict[str, Any]]], sized: list[bool],
     except ImportError:
         return None
     config = settings(PromptCachePolicy())
+    keys = CacheKeys(b"bench-secret" * 3)
     out: dict[str, Any] = {}
     for api, items in bodies.items():
         memory = PromptMemory()
@@ -78,7 +80,8 @@ def shape_timing(bodies: dict[str, list[dict[str, Any]]], sized: list[bool],
                 client, upstream = orjson.loads(raw), orjson.loads(raw)
                 record = RequestRecord("bench", "/v1/chat/completions")
                 started = time.perf_counter()
-                shaping = Shaping(config, memory, record, None, client["model"], client, api)
+                shaping = Shaping(config, memory, keys, record, None, client["model"], client,
+                                  api)
                 shaping(upstream, api)
                 shaping.commit()
                 if keep:
