@@ -85,6 +85,8 @@ def _kept(path: Path, source: str) -> bytes:
         finally:
             tmp.unlink(missing_ok=True)
     data = path.read_bytes()
+    if path.stat().st_mode & 0o077:  # kept by an operator, say: used, but said
+        log.warning("secret_file_readable_by_others", path=str(path))
     if len(data) < _BYTES:
         raise ConfigError(source, "secret.file", f"{path} holds no secret ({len(data)} "
                           "bytes); remove it to make a new one")

@@ -47,6 +47,15 @@ def test_without_one_a_secret_is_made_once_and_kept_for_its_owner(tmp_path: Path
     assert [p.name for p in elsewhere.parent.iterdir()] == ["secret"]  # no temp file left
 
 
+def test_a_kept_secret_others_may_read_is_used_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "shared"
+    path.write_bytes(b"z" * 32)
+    path.chmod(0o644)
+    with structlog.testing.capture_logs() as logs:
+        assert load_secret(SecretConfig(file=str(path))) == b"z" * 32
+    assert [e["event"] for e in logs] == ["secret_file_readable_by_others"]
+
+
 def test_a_file_holding_no_secret_is_refused_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "empty"
     path.write_bytes(b"")
