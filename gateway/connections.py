@@ -301,15 +301,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         else the timer re-armed for when it would be."""
         self._timer = None
         transport, state, limits = self.transport, self._state, self.limits
+        cycle = self.cycle
+        busy = bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
         if state == _CLOSING:
-            transport.abort()
+            if not busy:  # (else the response under way closes it as it ends)
+                transport.abort()
             return
         if transport.is_closing() or self.parser is None or self not in self.connections:
             return  # closed, or upgraded (the WebSocket protocol's now)
         now = self.loop.time()
         if state == _WAIT:
-            cycle = self.cycle
-            if self.pipeline or (cycle is not None and not cycle.response_complete):
+            if busy:
                 return  # the app owes a response: its end starts the idle wait
             deadline = self._since + (limits.header_timeout_s if cycle is None
                                       else limits.keep_alive_s)
@@ -340,7 +342,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             door.idle.pop(self, None)
         cycle = self.cycle
         if self.pipeline or (cycle is not None and not cycle.response_complete):
-            transport.abort()  # a response is under way: nothing can be answered after it
+            # Requests before it are being answered: the last one's end closes the
+            # connection (nothing can be answered after it); what comes meanwhile is dropped.
+            assert cycle is not None
+            cycle.keep_alive = False
             return
         transport.write(answer)
         if not transport.can_write_eof():

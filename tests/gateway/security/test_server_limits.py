@@ -329,3 +329,12 @@ def test_one_client_address_past_its_cap_is_refused(serve):
     assert is_open(first) and is_open(second)
     first.close()
     second.close()
+
+
+def test_a_pipelined_head_over_the_limit_ends_the_connection_after_the_answers_before_it(serve):
+    gw = serve(SHORT + "max_header_bytes = 4096\n")
+    with connect(gw.server.port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: " + b"p" * 8192 + b"\r\n\r\n")
+        data, _ = until_closed(sock)
+    assert data.count(b"HTTP/1.1 ") == 1 and status(data) == 200
