@@ -76,23 +76,24 @@ def test_a_client_that_never_reads_its_stream_frees_its_slot_after_the_send_time
         serve, fake: FakeUpstream):
     gw = serve("send_timeout_s = 0.3\n",
                DEFAULT_POLICY + "[admission]\nmax_concurrency = 1\nmax_queue = 0\n")
-    # A stream of some 16 MB (64 KB events), far more than the sockets' buffers hold.
+    # A stream of 32 MB (64 KB events), far more than the sockets' buffers hold (Linux
+    # grows a socket's send buffer up to net.ipv4.tcp_wmem's maximum: 4 MB by default).
     body = orjson.dumps({"model": "fake-model", "messages": MESSAGES, "stream": True,
                          "response_format": {"type": "json_schema", "json_schema": {
                              "name": "big", "schema": {"type": "string",
-                                                       "minLength": 16 << 20}}}})
+                                                       "minLength": 32 << 20}}}})
     reader = socket.socket()
     reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     reader.connect(("127.0.0.1", gw.server.port))
     with reader:
         reader.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-                       b"content-type: application/json\r\nx-fake-tokens: 256\r\n"
+                       b"content-type: application/json\r\nx-fake-tokens: 512\r\n"
                        b"content-length: %d\r\n\r\n%b" % (len(body), body))
         # ... and never reads a byte of it.
         record = gw.logged(1)[0]
         assert record["status"] == 499 and record["cancelled"] is True
         fake.wait_for(lambda records: records[0].disconnected is not None)
-        assert fake.records[0].chunks_sent < 256  # the upstream call was cut short
+        assert fake.records[0].chunks_sent < 512  # the upstream call was cut short
         assert chat(gw).status_code == 200  # the only slot is free again
 
 
