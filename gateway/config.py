@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gateway.connection_limits import ConnectionSettings
 from gateway.errors import ConfigError
 from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
@@ -35,7 +36,10 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(ConnectionSettings):
+    """``[server]``: where and how the gateway serves; the limits on client connections
+    (header size, timeouts, connection caps) are :class:`ConnectionSettings`' keys."""
+
     host: str = "127.0.0.1"
     port: int = bounded(8080, ge=0, le=65535)
     #: Request bodies above this many bytes get 413.
@@ -47,41 +51,6 @@ class ServerConfig:
     #: SIGTERM: how long requests in flight may take to finish (s); then streams end with
     #: an error event and the process exits (see gateway.drain).
     drain_timeout_s: float = bounded(25.0, ge=0.0, le=3600.0)
-    #: An idle client connection is closed after this long (s) since its last response.
-    #: Longer than the clients' and load balancers' own idle timeouts (httpx 5 s, aiohttp
-    #: 15 s, AWS ALB 60 s), so the gateway never closes a connection a client is reusing at
-    #: that moment. (A new connection's first request is bounded by header_timeout_s.)
-    keep_alive_s: float = bounded(75.0, ge=0.05, le=3600)
-    # The door's limits on client connections (gateway.connections), against clients that
-    # hold a connection, memory or an admission slot without using them.
-    #: A request's line and headers together past this many bytes: 431 and the connection
-    #: closed, nothing more buffered. Envoy's default is 60 KiB (max_request_headers_kb),
-    #: nginx's 4 x 8 KiB buffers, Node.js' 16 KiB: 64 KiB leaves any real client room.
-    max_header_bytes: int = bounded(65_536, ge=1024, le=16 * 1024 * 1024)
-    #: A request's head (line and headers) must be whole this long (s) after its first
-    #: byte, and a new connection's first one this long after it opened, else 408 and the
-    #: connection closed: a client sending a byte every few seconds (slowloris) holds
-    #: nothing for long. nginx's client_header_timeout is 60 s, Apache's RequestReadTimeout
-    #: header=20-40; a program sends its head in one write, so 20 s is generous.
-    header_timeout_s: float = bounded(20.0, ge=0.01, le=3600)
-    #: At most this long (s) between two reads of a request body, else the connection is
-    #: closed (the request ends as a client disconnect). nginx's client_body_timeout (also
-    #: between reads) is 60 s, Apache's body=20: a live upload never pauses 30 s.
-    body_timeout_s: float = bounded(30.0, ge=0.01, le=3600)
-    #: A client that takes nothing of its response for this long (s) while the gateway has
-    #: more to send (its socket's buffers full) is treated as gone: closed, its upstream
-    #: request cancelled and its admission slot freed, as on a disconnect. nginx's
-    #: send_timeout (also between writes) is 60 s; 30 s frees a held slot sooner.
-    send_timeout_s: float = bounded(30.0, ge=0.01, le=3600)
-    #: Open client connections at most; 0: half the process's open-file soft limit
-    #: (RLIMIT_NOFILE), at most 16384, leaving the rest for upstream connections (one per
-    #: request in flight) and files. At the cap the oldest idle connections are closed to
-    #: make room (as nginx drains its keep-alive ones); a new one is refused (503) only
-    #: when none is idle.
-    max_connections: int = bounded(0, ge=0)
-    #: Open connections per client address; past it, a new one is refused (503). 0: no
-    #: limit, the default, since behind a load balancer or a NAT every client shares one.
-    max_connections_per_client: int = bounded(0, ge=0)
 
 
 @dataclass(frozen=True)

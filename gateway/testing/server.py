@@ -10,8 +10,7 @@ from typing import Self
 
 import uvicorn
 
-from gateway.config import ServerConfig
-from gateway.connection_limits import ConnectionLimits
+from gateway.connection_limits import ConnectionLimits, ConnectionSettings
 from gateway.serving import server_protocol
 from gateway.types import ASGIApp
 from gateway.upstreams.ports import free_port
@@ -37,7 +36,7 @@ class ServerThread:
         if limits is None:
             gateway = getattr(app, "gateway", None)
             limits = ConnectionLimits.of(gateway.config.server if gateway is not None
-                                         else ServerConfig())
+                                         else ConnectionSettings())
         self.limits = limits
         config = uvicorn.Config(
             app,
