@@ -35,14 +35,20 @@ __all__ = ["main"]
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import structlog
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.connection_limits import ConnectionLimits
     from gateway.requestlog import configure_logging
-    from gateway.serving import CoalescingHttpToolsProtocol
+    from gateway.serving import server_protocol
 
     config = load_config(args.config)
     configure_logging(config.logging.level)
+    limits = ConnectionLimits.of(config.server)
+    warning = limits.descriptor_warning()
+    if warning is not None:
+        structlog.get_logger("gateway.serve").warning("connection_limit", message=warning)
     app = create_app(config)
     # Start-up objects (config, libraries, metric families) never die: keep them out of the
     # cyclic GC's way, and collect young objects less often (the request path allocates a
@@ -65,7 +71,9 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host or config.server.host,
         port=args.port if args.port is not None else config.server.port,
         loop="uvloop",
-        http=CoalescingHttpToolsProtocol,
+        # The door's limits (header size and time, body and send time, connection caps)
+        # and the keep-alive wait are the protocol's: gateway.connections.
+        http=server_protocol(limits),
         access_log=False,
         proxy_headers=False,
         server_header=False,
@@ -73,7 +81,6 @@ def _serve(args: argparse.Namespace) -> int:
         lifespan="on",
         # Past the drain deadline every request has ended; this only bounds the rest.
         timeout_graceful_shutdown=math.ceil(drain_s) + 1,
-        timeout_keep_alive=config.server.keep_alive_s,
     )).run()
     return 0
 

@@ -14,7 +14,10 @@ Requests whose body is over ``long_prompt_bytes`` may hold at most ``long_lane_s
 slots, so long prompts cannot starve short ones; ``low`` priority requests (batch) at most
 ``low_priority_share``, so the rest stays free for interactive requests as they arrive, which
 then wait for no batch request to end (a reserve, as Kubernetes' API Priority and Fairness
-gives each priority level its own share of the seats).
+gives each priority level its own share of the seats). Where several gateway keys share the
+slots (two keys or more configured), one key holds at most ``per_key_share`` of them: a key
+whose clients never let their streams end (or never read them) cannot pin every slot and
+get the others shed; its requests past its share wait for one of its own to end.
 
 On top of the upstreams' limiters (:mod:`gateway.entry_limits`): requests in flight per
 gateway key and gateway-wide, checked on arrival, and a public model's own
@@ -39,73 +42,19 @@ over ``latency_target_ms`` (the sample is the TTFT for streams, the whole respon
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import itertools
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Literal
 
+from gateway.admission_policy import PRIORITY_RANK, AdmissionPolicy, Priority
 from gateway.errors import Overloaded
-from gateway.schema import bounded
 from gateway.service_time import ServiceRates, Work, predicted_wait_ms
 
-__all__ = ["AdmissionPolicy", "Limiter", "Shed", "Slot"]
+__all__ = ["PRIORITY_RANK", "AdmissionPolicy", "Limiter", "Priority", "Shed", "Slot"]
 
-Priority = Literal["high", "normal", "low"]
-PRIORITY_RANK: dict[str, int] = {"high": 0, "normal": 1, "low": 2}
-
-
-@dataclass(frozen=True)
-class AdmissionPolicy:
-    enabled: bool = True
-    limiter: Literal["static", "aimd"] = "static"
-    #: Per upstream: the static limit, or where the adaptive one starts (requests in flight).
-    max_concurrency: int = bounded(256, ge=1)
-    min_concurrency: int = bounded(1, ge=1)
-    max_limit: int = bounded(1024, ge=1)
-    #: AIMD: a sample slower than this (ms) counts as a drop.
-    latency_target_ms: float = bounded(10_000.0, ge=1)
-    backoff: float = bounded(0.9, ge=0.1, le=0.99)
-    #: Waiting requests per upstream beyond which new ones are shed at once.
-    max_queue: int = bounded(256, ge=0)
-    max_queue_wait_ms: float = bounded(1_000.0, ge=0)
-    #: Bodies larger than this (bytes) go to the long-prompt lane.
-    long_prompt_bytes: int = bounded(32_768, ge=1)
-    long_lane_share: float = bounded(0.25, ge=0.01, le=1.0)
-    #: The share of the slots ``low`` priority requests may hold at once (1: all of them).
-    low_priority_share: float = bounded(1.0, ge=0.01, le=1.0)
-    #: Whole gateway: requests in flight beyond this are shed at once (0: no limit).
-    global_max_concurrency: int = bounded(0, ge=0)
-    #: Per gateway key: requests in flight beyond this get 429 (0: no limit).
-    per_key_max_concurrency: int = bounded(0, ge=0)
-    #: Per public model name: its own limit, on top of its upstreams' (queued the same way).
-    model_max_concurrency: dict[str, int] = field(default_factory=dict)
-    #: Priority by gateway key id; otherwise the x-gateway-priority header, else "normal".
-    key_priority: dict[str, Priority] = field(default_factory=dict)
-    #: Upstreams that know their capacity (the local engine: ``max_num_seqs``) admit to
-    #: match it: an AIMD limit that starts at and never exceeds the capacity, and no queue
-    #: (a request beyond it is shed at once, since the engine would only queue it).
-    capacity_aware: bool = True
-    #: Where the upstream reports its rates (the local engine), a request beyond its
-    #: capacity waits while its predicted response time (wait, then service at the pace
-    #: slots are held now) is at most 1 + this times its service time at those rates (a
-    #: bounded slowdown); 0: never waits. 1.5: eight MT-Bench conversations (256 tokens) a
-    #: few past the seats wait about one service time and are served; short requests of a
-    #: flood, a queue several times the seats deep ahead, are shed.
-    queue_slowdown: float = bounded(0.0, ge=0)
-
-    def for_capacity(self, capacity: int | None,
-                     rates: ServiceRates | None = None) -> AdmissionPolicy:
-        """The policy an upstream of this ``capacity`` (None: unknown) is admitted under;
-        with its measured ``rates``, requests may wait (``queue_slowdown``)."""
-        if capacity is None or not self.capacity_aware:
-            return self
-        limit = max(self.min_concurrency, capacity)
-        queue = self.max_queue if rates is not None and self.queue_slowdown else 0
-        return dataclasses.replace(self, limiter="aimd", max_concurrency=limit,
-                                   max_limit=limit, max_queue=queue)
+#: A waiter: (priority rank, virtual start, arrival, its future, long prompt, tenant).
+_Entry = tuple[int, float, int, "asyncio.Future[None]", bool, "str | None"]
 
 
 class Shed(Exception):
@@ -130,14 +79,16 @@ class Shed(Exception):
 class Slot:
     """One admitted request's hold on its upstream; ``release`` exactly once."""
 
-    __slots__ = ("_limiter", "_long", "_low", "predicted_ms", "released", "started",
+    __slots__ = ("_limiter", "_long", "_low", "_tenant", "predicted_ms", "released", "started",
                  "waited_ms")
 
     def __init__(self, limiter: Limiter, long: bool, waited_ms: float,
-                 predicted_ms: float | None = None, low: bool = False):
+                 predicted_ms: float | None = None, low: bool = False,
+                 tenant: str | None = None):
         self._limiter = limiter
         self._long = long
         self._low = low
+        self._tenant = tenant
         self.started = time.perf_counter()
         self.released = False
         self.waited_ms = waited_ms
@@ -157,7 +108,7 @@ class Slot:
             if self._limiter.running:
                 self._limiter.ended(self, time.perf_counter())
             self._limiter.on_release(self._long, (time.perf_counter() - self.started) * 1000,
-                                     low=self._low)
+                                     low=self._low, tenant=self._tenant)
 
 
 class Limiter:
@@ -170,11 +121,12 @@ class Limiter:
         self.long_in_flight = 0
         self.low_in_flight = 0
         self.service_ms = 0.0  # EWMA of slot hold times, for the expected queue wait
-        # (priority rank, virtual start, arrival, the waiter, long prompt)
-        self._queue: list[tuple[int, float, int, asyncio.Future[None], bool]] = []
+        # (priority rank, virtual start, arrival, the waiter, long prompt, tenant)
+        self._queue: list[_Entry] = []
         self._seq = itertools.count()
         self._vtime = 0.0  # the virtual start of the last waiter admitted
         self._finish: dict[str | None, float] = {}  # per tenant: its last waiter's finish
+        self.held: dict[str, int] = {}  # slots held per tenant (per_key_share)
         #: The upstream's measured rates (gateway.service_time), when it reports them; then
         #: the slots held (``running``) and the waiters' service times are kept, to predict.
         self.rates: ServiceRates | None = None
@@ -187,7 +139,7 @@ class Limiter:
 
     @property
     def queue_depth(self) -> int:
-        return sum(1 for *_, fut, _ in self._queue if not fut.done())
+        return sum(1 for entry in self._queue if not entry[3].done())
 
     def _long_cap(self) -> int:
         return max(1, int(self.limit * self.policy.long_lane_share))
@@ -195,46 +147,54 @@ class Limiter:
     def _low_cap(self) -> int:
         return max(1, int(self.limit * self.policy.low_priority_share))
 
-    def _can_run(self, long: bool, low: bool = False) -> bool:
+    def _key_cap(self) -> int:
+        return max(1, int(self.limit * self.policy.per_key_share))
+
+    def _can_run(self, long: bool, low: bool = False, tenant: str | None = None) -> bool:
         if self.in_flight >= int(self.limit):
             return False
         return (not long or self.long_in_flight < self._long_cap()) and (
-            not low or self.low_in_flight < self._low_cap())
+            not low or self.low_in_flight < self._low_cap()) and (
+            tenant is None or self.held.get(tenant, 0) < self._key_cap())
 
-    def _take(self, long: bool, low: bool = False) -> None:
+    def _take(self, long: bool, low: bool = False, tenant: str | None = None) -> None:
         self.in_flight += 1
         if long:
             self.long_in_flight += 1
         if low:
             self.low_in_flight += 1
+        if tenant is not None:
+            self.held[tenant] = self.held.get(tenant, 0) + 1
 
     def try_acquire(self, long: bool = False, work: Work | None = None,
-                    low: bool = False) -> Slot | None:
+                    low: bool = False, tenant: str | None = None) -> Slot | None:
         """A slot now, if one is free and no waiter could take it; else None (then
         :meth:`acquire`, which queues). Without a coroutine: most requests find a slot.
         ``work``: its service time is predicted, for the waits of those after it; ``low``:
-        a low priority request (``low_priority_share``)."""
+        a low priority request (``low_priority_share``); ``tenant``: the gateway key it is
+        for, where the slots are shared between keys (``per_key_share``), else None."""
         if self._queue:
             self._wake()  # after it, a free slot means no waiter could take it
-        if self._can_run(long, low):
-            self._take(long, low)
+        if self._can_run(long, low, tenant):
+            self._take(long, low, tenant)
             rates = self.rates
             return Slot(self, long, 0.0, None if rates is None or work is None
-                        else rates.service_ms(work), low)
+                        else rates.service_ms(work), low, tenant)
         return None
 
     async def acquire(self, priority: str = "normal", long: bool = False,
                       tenant: str | None = None, slo_ms: float | None = None,
                       work: Work | None = None) -> Slot:
-        """A slot, now or after queueing (``tenant``: whose turn it takes, see the module
-        docstring); raises Shed when waiting would take too long: past the queue's bounds
+        """A slot, now or after queueing (``tenant``: the gateway key whose turn it takes,
+        see the module docstring, and whose share of the slots it counts against, where the
+        slots are shared between keys; else None); raises Shed when waiting would take too long: past the queue's bounds
         (with ``work`` and the upstream's rates, a predicted wait over ``queue_slowdown``
         times its own predicted service time), or (``slo_ms``, the client's time-to-first-
         token objective) when the expected wait alone exceeds it (``slo``), at once rather
         than late."""
         rank = PRIORITY_RANK.get(priority, 1)
         low = rank == 2
-        slot = self.try_acquire(long, work, low)
+        slot = self.try_acquire(long, work, low, tenant)
         if slot is not None:
             return slot
         policy = self.policy
@@ -266,21 +226,22 @@ class Limiter:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._finish[tenant] = start + 1.0
-        heapq.heappush(self._queue, (rank, start, next(self._seq), fut, long))
+        heapq.heappush(self._queue, (rank, start, next(self._seq), fut, long, tenant))
         if own_ms is not None:
             self._queued_ms[fut] = own_ms
         started = time.perf_counter()
-        timer = loop.call_later(deadline_ms / 1000, self._expire, fut)
+        timer = loop.call_later(deadline_ms / 1000, self._expire, fut, tenant)
         try:
             await fut  # a slot handed over by _wake, or Shed from _expire/_evict_lower
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self.on_release(long, 0.0, sampled=False, low=low)  # handed one, then cancelled
+                # handed one, then cancelled
+                self.on_release(long, 0.0, sampled=False, low=low, tenant=tenant)
             raise
         finally:
             timer.cancel()
             self._queued_ms.pop(fut, None)
-        return Slot(self, long, (time.perf_counter() - started) * 1000, predicted, low)
+        return Slot(self, long, (time.perf_counter() - started) * 1000, predicted, low, tenant)
 
     def _predicted_wait_ms(self, key: tuple[int, float], own_ms: float) -> float:
         """When a seat frees for a request queued at ``key`` (gateway.service_time): the
@@ -295,9 +256,11 @@ class Limiter:
         return predicted_wait_ms(remaining, (self._queued_ms.get(e[3], mean) for e in ahead),
                                  int(self.limit))
 
-    def _expire(self, fut: asyncio.Future[None]) -> None:
-        if not fut.done():
-            fut.set_exception(Shed("queue_timeout", self._retry_after()))
+    def _expire(self, fut: asyncio.Future[None], tenant: str | None = None) -> None:
+        if not fut.done():  # waiting for its own key's slots: the key is at its share
+            capped = tenant is not None and self.held.get(tenant, 0) >= self._key_cap()
+            fut.set_exception(Shed("key_share" if capped else "queue_timeout",
+                                   self._retry_after()))
 
     def _evict_lower(self, rank: int) -> bool:
         """Make room by shedding the newest waiter of a lower priority than ``rank``."""
@@ -318,12 +281,18 @@ class Limiter:
             self.scale = 0.8 * self.scale + 0.2 * (now - slot.started) * 1000 / slot.predicted_ms
 
     def on_release(self, long: bool, held_ms: float, sampled: bool = True,
-                   low: bool = False) -> None:
+                   low: bool = False, tenant: str | None = None) -> None:
         self.in_flight -= 1
         if long:
             self.long_in_flight -= 1
         if low:
             self.low_in_flight -= 1
+        if tenant is not None:
+            held = self.held.get(tenant, 1) - 1
+            if held > 0:
+                self.held[tenant] = held
+            else:
+                self.held.pop(tenant, None)
         if sampled:
             self.service_ms = held_ms if not self.service_ms else 0.9 * self.service_ms + \
                 0.1 * held_ms
@@ -339,26 +308,31 @@ class Limiter:
             else:
                 self._queue.remove(entry)
                 heapq.heapify(self._queue)
-            self._take(entry[4], entry[0] == 2)
+            self._take(entry[4], entry[0] == 2, entry[5])
             self._vtime = max(self._vtime, entry[1])
             entry[3].set_result(None)
         if not self._queue and self._finish:
             self._finish.clear()  # no backlog: every tenant starts from now again
 
-    def _next_runnable(self) -> tuple[int, float, int, asyncio.Future[None], bool] | None:
+    def _next_runnable(self) -> _Entry | None:
         queue = self._queue
         while queue and queue[0][3].done():  # shed or cancelled waiters
             heapq.heappop(queue)
         if not queue:
             return None
-        head = queue[0]
         long_full = self.long_in_flight >= self._long_cap()
         low_full = self.low_in_flight >= self._low_cap()
-        if not (head[4] and long_full) and not (head[0] == 2 and low_full):
-            return head
-        # Its lane is full: the first waiter of another, in priority order, goes instead.
-        return next((e for e in sorted(queue) if not (e[4] and long_full)
-                     and not (e[0] == 2 and low_full) and not e[3].done()), None)
+        held, key_cap = self.held, self._key_cap()
+
+        def runnable(e: _Entry) -> bool:
+            return not (e[4] and long_full) and not (e[0] == 2 and low_full) and (
+                e[5] is None or held.get(e[5], 0) < key_cap)
+
+        if runnable(queue[0]):
+            return queue[0]
+        # Its lane (or its key's share) is full: the first waiter of another, in priority
+        # order, goes instead.
+        return next((e for e in sorted(queue) if runnable(e) and not e[3].done()), None)
 
     def on_sample(self, ok: bool, latency_ms: float) -> None:
         policy = self.policy

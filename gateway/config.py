@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gateway.connection_limits import ConnectionSettings
 from gateway.errors import ConfigError
 from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
@@ -39,7 +40,10 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(ConnectionSettings):
+    """``[server]``: where and how the gateway serves; the limits on client connections
+    (header size, timeouts, connection caps) are :class:`ConnectionSettings`' keys."""
+
     host: str = "127.0.0.1"
     port: int = bounded(8080, ge=0, le=65535)
     #: Request bodies above this many bytes get 413.
@@ -51,10 +55,6 @@ class ServerConfig:
     #: SIGTERM: how long requests in flight may take to finish (s); then streams end with
     #: an error event and the process exits (see gateway.drain).
     drain_timeout_s: float = bounded(25.0, ge=0.0, le=3600.0)
-    #: An idle client connection is closed after this long (s). Longer than the clients'
-    #: and load balancers' own idle timeouts (httpx 5 s, aiohttp 15 s, AWS ALB 60 s), so
-    #: the gateway never closes a connection a client is reusing at that moment.
-    keep_alive_s: int = bounded(75, ge=1, le=3600)
 
 
 @dataclass(frozen=True)

@@ -47,11 +47,14 @@ _UNSET: Any = object()  # a lazily computed field not computed yet
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """How a request queues for an admission slot: its priority class and whether it is a
-    long prompt (see :mod:`gateway.concurrency`)."""
+    """How a request queues for an admission slot: its priority class, whether it is a
+    long prompt, and its tenant (see :mod:`gateway.concurrency`)."""
 
     priority: str = "normal"
     long: bool = False
+    #: The gateway key it counts against where slots are shared between keys (its fair
+    #: turn and ``per_key_share``), else None.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,11 +207,12 @@ class Dispatcher:
             slot: Slot | None = None
             if ticket is not None:  # admission control is on
                 work = None if guard.limiter.rates is None else work_of(ctx.body, len(ctx.raw))
-                slot = guard.limiter.try_acquire(ticket.long, work, ticket.priority == "low")
+                slot = guard.limiter.try_acquire(ticket.long, work, ticket.priority == "low",
+                                                 ticket.tenant)
                 if slot is None:
                     try:
                         slot = await guard.limiter.acquire(ticket.priority, ticket.long,
-                                                           ctx.key_id, ctx.slo_ms, work)
+                                                           ticket.tenant, ctx.slo_ms, work)
                     except Shed as exc:
                         shed = exc
                         continue

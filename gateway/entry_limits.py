@@ -17,8 +17,11 @@ class EntryLimits:
     """Requests in flight per gateway key, against ``per_key_max_concurrency``, and the
     gateway-wide ``global_max_concurrency``."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: int = 0) -> None:
+        """``keys``: how many gateway keys the config has; with two or more, the slots of
+        upstreams and models are shared between keys (``per_key_share``)."""
         self.per_key: dict[str, int] = {}
+        self.shared = keys >= 2
 
     def enter(self, policy: AdmissionPolicy, key_id: str | None, in_flight: int,
               retry_after_s: int) -> None:

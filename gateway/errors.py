@@ -6,7 +6,9 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
     GatewayError
      ├── InvalidRequest            400 invalid_request_error
      │    ├── InvalidJSON          400 invalid_request_error / invalid_json
-     │    └── RequestTooLarge      413 invalid_request_error / request_too_large
+     │    ├── RequestTimeout       408 invalid_request_error / request_timeout
+     │    ├── RequestTooLarge      413 invalid_request_error / request_too_large
+     │    └── HeadersTooLarge      431 invalid_request_error / request_header_fields_too_large
      ├── AuthenticationFailed      401 authentication_error / invalid_api_key
      ├── PermissionDenied          403 permission_error / forbidden
      ├── ModelNotFound             404 invalid_request_error / model_not_found
@@ -33,6 +35,7 @@ __all__ = [
     "AuthenticationFailed",
     "ConfigError",
     "GatewayError",
+    "HeadersTooLarge",
     "InvalidJSON",
     "InvalidRequest",
     "ModelNotFound",
@@ -41,6 +44,7 @@ __all__ = [
     "Overloaded",
     "PermissionDenied",
     "RateLimited",
+    "RequestTimeout",
     "RequestTooLarge",
     "TenantLimited",
     "UpstreamError",
@@ -73,6 +77,21 @@ class InvalidJSON(InvalidRequest):
 class RequestTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    """A request's head did not arrive in time (gateway.connections)."""
+
+    status = 408
+    code = "request_timeout"
+
+
+class HeadersTooLarge(InvalidRequest):
+    """A request's line and headers are over ``server.max_header_bytes``
+    (gateway.connections)."""
+
+    status = 431
+    code = "request_header_fields_too_large"
 
 
 class AuthenticationFailed(GatewayError):

@@ -14,6 +14,9 @@ allowed bytes from all of them at once (``bytes.translate``; uvicorn runs two re
 searches per header: 22 for a gateway answer), and a body write takes the shortest way. Every unusual case (a paused
 or closed transport, an access log, a ``HEAD`` request, a message out of order) is
 uvicorn's own ``send``.
+
+The protocol is :class:`~gateway.connections.GuardedHttpToolsProtocol` (the door's limits on
+connections); :func:`server_protocol` makes the class one server runs, with its limits.
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
     STATUS_LINE,
-    HttpToolsProtocol,
     RequestResponseCycle,
 )
 
-__all__ = ["CoalescingHttpToolsProtocol", "HeadCoalescingTransport", "LeanCycle"]
+from gateway.connection_limits import ConnectionLimits
+from gateway.connections import Connections, GuardedHttpToolsProtocol
+
+__all__ = ["CoalescingHttpToolsProtocol", "HeadCoalescingTransport", "LeanCycle",
+           "server_protocol"]
 
 _HEAD = b"HTTP/1."
 
@@ -233,9 +239,10 @@ class LeanCycle(RequestResponseCycle):
             self.on_response()
 
 
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+class CoalescingHttpToolsProtocol(GuardedHttpToolsProtocol):
     """uvicorn's ``httptools`` protocol over a :class:`HeadCoalescingTransport`, its
-    responses sent by :class:`LeanCycle` (pass the class as ``uvicorn.Config(http=...)``)."""
+    responses sent by :class:`LeanCycle`, under the door's limits (a server runs the class
+    :func:`server_protocol` makes: ``uvicorn.Config(http=server_protocol(limits))``)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(HeadCoalescingTransport(transport, self.loop))
@@ -247,3 +254,16 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and type(cycle) is RequestResponseCycle:
             cycle.__class__ = LeanCycle
+
+
+def server_protocol(limits: ConnectionLimits) -> type[CoalescingHttpToolsProtocol]:
+    """The protocol class for one server (``uvicorn.Config(http=...)``):
+    :class:`CoalescingHttpToolsProtocol` under ``limits``, with a table of its own
+    connections (the caps count them)."""
+
+    class ServerProtocol(CoalescingHttpToolsProtocol):
+        pass
+
+    ServerProtocol.limits = limits
+    ServerProtocol.door = Connections(limits)
+    return ServerProtocol

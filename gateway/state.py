@@ -136,7 +136,7 @@ class Gateway:
         }
         policy = self.policies.current
         self.dispatcher = Dispatcher(self.upstreams, policy)
-        self.entry_limits = EntryLimits()
+        self.entry_limits = EntryLimits(len(config.auth.keys))
         self.model_limiters = ModelLimiters()
         self.metrics.watch_guards(self.dispatcher)
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)

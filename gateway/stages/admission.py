@@ -28,7 +28,7 @@ shed request goes back to it first. Slots and counts are held until the reply's 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from gateway.concurrency import PRIORITY_RANK, AdmissionPolicy, Shed
@@ -58,17 +58,27 @@ def build(limits: EntryLimits, model_limiters: ModelLimiters, metrics: Metrics,
 
 
 def ticket(policy: AdmissionPolicy, key_id: str | None, headers: Iterable[tuple[bytes, bytes]],
-           size: int) -> Ticket:
-    """Priority from the key (``key_priority``), else the ``x-gateway-priority`` header,
-    else normal; a body over ``long_prompt_bytes`` goes to the long-prompt lane."""
-    priority = policy.key_priority.get(key_id, "") if key_id else ""
-    if not priority:
-        for k, v in headers:
-            if k == b"x-gateway-priority":
-                priority = v.decode("latin-1").strip().lower()
-        if priority not in PRIORITY_RANK:
-            priority = "normal"
-    return _TICKETS[priority, size > policy.long_prompt_bytes]
+           size: int, tickets: Mapping[tuple[str, bool], Ticket] | None = None) -> Ticket:
+    """The key's priority (``key_priority``, else normal), or the ``x-gateway-priority``
+    header's: a lower one always, a higher one up to the key's ``key_max_priority`` (without
+    gateway keys, ``key_id`` None: as asked); a body over ``long_prompt_bytes`` goes to the
+    long-prompt lane. ``tickets``: the key's own (:meth:`AdmissionStage.tickets`), where
+    slots are shared between keys."""
+    own: str = policy.key_priority.get(key_id, "normal") if key_id else "normal"
+    priority = own
+    for k, v in headers:
+        if k == b"x-gateway-priority":
+            asked = v.decode("latin-1").strip().lower()
+            rank = PRIORITY_RANK.get(asked)
+            if rank is None:
+                continue
+            if key_id is None or rank >= PRIORITY_RANK[own]:
+                priority = asked
+            else:  # higher than its own: as high as the key may go
+                ceiling: str = policy.key_max_priority.get(key_id, own)
+                priority = asked if rank >= PRIORITY_RANK[ceiling] else \
+                    min(own, ceiling, key=PRIORITY_RANK.__getitem__)
+    return (tickets or _TICKETS)[priority, size > policy.long_prompt_bytes]
 
 
 def slo_ms(headers: list[tuple[bytes, bytes]]) -> float | None:
@@ -100,13 +110,28 @@ class AdmissionStage:
         self.model_limiters = model_limiters
         self.metrics = metrics
         self.models = models
+        self._tickets: dict[str, dict[tuple[str, bool], Ticket]] = {}
+
+    def tickets(self, key_id: str | None) -> Mapping[tuple[str, bool], Ticket] | None:
+        """The tickets of ``key_id``'s requests, naming it as their tenant, where the slots
+        are shared between keys (``per_key_share``); else None (the shared ones, no
+        tenant). Made once per key (key ids come from the config)."""
+        if key_id is None or not self.limits.shared:
+            return None
+        tickets = self._tickets.get(key_id)
+        if tickets is None:
+            tickets = self._tickets[key_id] = {
+                (priority, long): Ticket(priority, long, key_id)
+                for priority in PRIORITY_RANK for long in (False, True)}
+        return tickets
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         policy = ctx.policy.admission
         if policy.enabled:  # (the headers read only when they name a priority, an SLO)
             first = ctx.header_first
             ctx.ticket = ticket(policy, ctx.key_id, ctx.headers if b"x-gateway-priority" in
-                                first else (), len(ctx.raw))
+                                first else (), len(ctx.raw),
+                                self.tickets(ctx.key_id) if self.limits.shared else None)
             if b"x-gateway-ttft-slo-ms" in first:
                 ctx.slo_ms = slo_ms(ctx.headers)
         try:
@@ -126,9 +151,11 @@ class AdmissionStage:
         try:
             limiter = self.model_limiters.get(ctx.target, policy)
             if limiter is not None and ctx.ticket is not None:
-                slot = limiter.try_acquire(ctx.ticket.long, None, ctx.ticket.priority == "low") \
-                    or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long,
-                                             ctx.key_id, ctx.slo_ms)
+                tenant = ctx.ticket.tenant
+                slot = limiter.try_acquire(ctx.ticket.long, None, ctx.ticket.priority == "low",
+                                           tenant) \
+                    or await limiter.acquire(ctx.ticket.priority, ctx.ticket.long, tenant,
+                                             ctx.slo_ms)
             reply = await call_next(ctx)
         except BaseException:
             if slot is not None:
@@ -162,7 +189,7 @@ class AdmissionStage:
                     rec.shed = label
                     if ctx.ticket is not None:  # a smaller prompt may leave the long lane
                         ctx.ticket = ticket(ctx.policy.admission, ctx.key_id, ctx.headers,
-                                            len(ctx.raw))
+                                            len(ctx.raw), self.tickets(ctx.key_id))
                     try:
                         return await self._admit(ctx, call_next)
                     except Shed as exc:

@@ -10,7 +10,8 @@ from typing import Self
 
 import uvicorn
 
-from gateway.serving import CoalescingHttpToolsProtocol
+from gateway.connection_limits import ConnectionLimits, ConnectionSettings
+from gateway.serving import server_protocol
 from gateway.types import ASGIApp
 from gateway.upstreams.ports import free_port
 
@@ -18,9 +19,13 @@ __all__ = ["ServerThread", "free_port"]
 
 
 class ServerThread:
-    """``with ServerThread(app) as srv: srv.url`` serves ``app`` until the block ends."""
+    """``with ServerThread(app) as srv: srv.url`` serves ``app`` until the block ends, with
+    the protocol ``gateway serve`` runs, under ``limits`` (default: a gateway app's
+    ``[server]`` settings, as ``gateway serve`` takes them; for any other app, the
+    defaults)."""
 
-    def __init__(self, app: ASGIApp, *, lifespan: str = "on", timeout_graceful_shutdown: int = 1):
+    def __init__(self, app: ASGIApp, *, lifespan: str = "on", timeout_graceful_shutdown: int = 1,
+                 limits: ConnectionLimits | None = None):
         # proto IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only then;
         # without it, responses written in pieces wait ~40 ms for a delayed ACK (Nagle).
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -28,13 +33,18 @@ class ServerThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
+        if limits is None:
+            gateway = getattr(app, "gateway", None)
+            limits = ConnectionLimits.of(gateway.config.server if gateway is not None
+                                         else ConnectionSettings())
+        self.limits = limits
         config = uvicorn.Config(
             app,
             lifespan=lifespan,  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
             loop="asyncio",
-            http=CoalescingHttpToolsProtocol,  # as `gateway serve` runs
+            http=server_protocol(limits),  # as `gateway serve` runs
             timeout_graceful_shutdown=timeout_graceful_shutdown,
         )
         self.server = uvicorn.Server(config)

@@ -174,11 +174,13 @@ def test_retry_budget_refills_with_first_attempts():
     assert budget.withdraw()
 
 
-def test_priority_comes_from_the_key_then_the_header():
+def test_priority_comes_from_the_key_and_the_header_may_only_lower_it():
     policy = AdmissionPolicy(key_priority={"vip": "high"}, long_prompt_bytes=100)
     header = [(b"x-gateway-priority", b"LOW")]
-    assert ticket(policy, "vip", header, 10).priority == "high"
+    assert ticket(policy, "vip", [], 10).priority == "high"
+    assert ticket(policy, "vip", header, 10).priority == "low"
     assert ticket(policy, "other", header, 10).priority == "low"
+    assert ticket(policy, "other", [(b"x-gateway-priority", b"high")], 10).priority == "normal"
     assert ticket(policy, None, [(b"x-gateway-priority", b"urgent")], 10).priority == "normal"
     assert ticket(policy, None, [], 101).long is True
 
