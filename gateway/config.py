@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import ConfigError
+from gateway.http import HeaderAllow
+from gateway.paths import DEFAULT_PASSTHROUGH, Pattern
 from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
 
@@ -51,6 +53,13 @@ class ServerConfig:
     #: and load balancers' own idle timeouts (httpx 5 s, aiohttp 15 s, AWS ALB 60 s), so
     #: the gateway never closes a connection a client is reusing at that moment.
     keep_alive_s: int = bounded(75, ge=1, le=3600)
+    #: /metrics on a listener of its own (0: any free port; on ``metrics_host``, by default
+    #: ``host``), not on the main port. Unset: on the main port.
+    metrics_port: int | None = bounded(None, ge=0, le=65535)
+    metrics_host: str | None = None
+    #: Environment variable (set at start) holding the bearer token /metrics then requires.
+    #: Unset: /metrics is open (aggregate counts only: no key, id or path in a label).
+    metrics_key_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,10 +69,15 @@ class GatewayKey:
     id: str
     key_env: str | None = None
     sha256: str | None = None
+    #: The ``anthropic-beta``/``openai-beta`` features this key may send upstream (e.g.
+    #: ``"prompt-caching-2024-07-31"``); others are removed. Unset: any.
+    betas: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.key_env is None) == (self.sha256 is None):
             raise ValueError(f"key {self.id!r}: set exactly one of key_env, sha256")
+        if self.betas is not None:
+            object.__setattr__(self, "betas", tuple(b.strip().lower() for b in self.betas))
 
 
 @dataclass(frozen=True)
@@ -188,9 +202,25 @@ class UpstreamConfig:
     discover: str = ""
     pool: PoolConfig = field(default_factory=PoolConfig)
 
+    #: ``type = "openai"``: client paths forwarded as they are (gateway.passthrough), as
+    #: gateway.paths.Pattern (``/v1/files/**``). Unset: the stateless endpoints
+    #: (gateway.paths.DEFAULT_PASSTHROUGH); stateful ones only when listed (then per key:
+    #: gateway.ownership).
+    passthrough: tuple[str, ...] | None = None
+    #: Client headers sent beyond gateway.http.FORWARDED: names, or prefixes (``x-v-*``).
+    forward_headers: tuple[str, ...] = ()
+
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
+        if self.passthrough is None:
+            object.__setattr__(self, "passthrough",
+                               DEFAULT_PASSTHROUGH if self.type == "openai" else ())
+        elif self.passthrough and self.type != "openai":
+            raise ValueError("passthrough applies to type 'openai' only")
+        for pattern in self.passthrough or ():
+            Pattern(pattern)  # ValueError names it
+        HeaderAllow(self.forward_headers)
         if self.native_responses and self.type != "openai":
             raise ValueError("native_responses applies to type 'openai' only")
         if (self.replicas or self.discover) and (self.type != "openai" or self.base_url):

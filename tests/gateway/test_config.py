@@ -58,7 +58,8 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
 
 @pytest.mark.parametrize(("extra", "key", "fragment"), [
     ("[server]\nprot = 1\n", "server.prot", ("allowed keys: drain_timeout_s, host, keep_alive_s, "
-     "max_body_bytes, policy, policy_reload, port")),
+     "max_body_bytes, metrics_host, metrics_key_env, metrics_port, policy, policy_reload, "
+     "port")),
     ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai'"),
     ('[upstreams.bad]\ntype = "openai"\n', "upstreams.bad", "needs base_url"),
     ("[server]\nport = 70000\n", "server.port", "must be <= 65535"),
