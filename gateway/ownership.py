@@ -12,12 +12,14 @@ pass-through asks :meth:`Ownership.exchange` first:
   its output: ``output_file_id``, ``error_file_id``, ``result_files``, ``file.id``, when
   the key reads its own).
 - ``GET`` of a collection: its ``{"object": "list", "data": [...]}`` answer keeps only the
-  key's objects (a page may come back shorter; ``first_id``/``last_id`` follow).
+  key's objects (rebuilt: ``data``, ``first_id``, ``last_id``, ``has_more``; a page may
+  come back shorter).
 - a path naming an object (``/v1/files/{id}...``): only the key that created it; any other
   id is 404, as the provider says for an id it does not know. A 2xx ``DELETE`` of it
   forgets it.
-- an id of such an object in the body (``input_file_id``, ``file_ids``...: any JSON string,
-  or form field, shaped as one, :data:`ID_SHAPE`) must be the key's too, else 404.
+- an id of such an object in the body (``input_file_id``, ``file_ids``...: any JSON string
+  outside ``metadata``, or short form field, shaped as one, :data:`ID_SHAPE`) must be the
+  key's too, else 404.
 
 Records are kept in memory, per replica and per upstream, at most ``max_per_key`` ids per
 key (its oldest forgotten first: one key cannot push out another's). Behind several
@@ -109,11 +111,11 @@ class Exchange:
             self._upstream, item.get("id")) == self._key] if isinstance(data, list) else []
         for item in mine:
             self._record_derived(item)
-        obj["data"] = mine
-        for end, at in (("first_id", 0), ("last_id", -1)):
-            if end in obj:
-                obj[end] = mine[at].get("id") if mine else None
-        return orjson.dumps(obj)
+        # Rebuilt, not edited: nothing else of the shared answer goes out.
+        return orjson.dumps({"object": "list", "data": mine,
+                             "first_id": mine[0].get("id") if mine else None,
+                             "last_id": mine[-1].get("id") if mine else None,
+                             "has_more": obj.get("has_more") is True})
 
     def _record_derived(self, obj: dict[str, Any]) -> None:
         if self._family not in _DERIVED:
@@ -189,7 +191,7 @@ def _ids_in(body: bytes, content_type: bytes) -> Iterator[str]:
         boundary = content_type.partition(b"boundary=")[2].split(b";")[0].strip(b'" ')
         for part in body.split(b"--" + boundary) if boundary else ():
             head, _, value = part.partition(b"\r\n\r\n")
-            if b"filename=" not in head:
+            if b"filename=" not in head and len(value) <= 1024:  # a field, not data
                 yield from (m.decode() for m in _ID_IN_TEXT.findall(value))
         return
     if kind == b"application/x-www-form-urlencoded":

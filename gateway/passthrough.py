@@ -92,7 +92,7 @@ class Passthrough:
             upstream = self.upstream_for(segments)
             if upstream is None:
                 refused = True
-                raise NotFound(f"{method} {path} is not served by this gateway")
+                raise NotFound(f"{method} {path[:256]} is not served by this gateway")
             betas = gw.auth.betas.get(rec.key_id) if rec.key_id is not None else None
             if betas is not None:
                 headers = restrict_betas(headers, betas)

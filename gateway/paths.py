@@ -55,21 +55,23 @@ def canonical_path(raw: bytes | None, decoded: str) -> str:
     """The canonical form of a request path: ``raw``, the raw path (ASGI ``raw_path``,
     without the query), or when None, ``decoded`` (``scope["path"]``). Raises
     :class:`BadPath` (400)."""
-    if raw is None:
-        raw = decoded.encode()  # decoded already: escapes cannot be told apart here
-    if not raw.startswith(b"/"):
-        raise BadPath("the request path must start with '/'")
-    if not any(s in raw for s in _SUSPECT) and len(raw) > 1 and not raw.endswith(b"/"):
-        try:  # already canonical (every path the gateway serves is written so)
-            text = raw.decode("ascii")
+    if raw is None:  # decoded by the server already: not decoded again
+        text = decoded
+    else:
+        if not any(s in raw for s in _SUSPECT) and len(raw) > 1 and not raw.endswith(b"/") \
+                and raw.startswith(b"/"):
+            try:  # already canonical (every path the gateway serves is written so)
+                text = raw.decode("ascii")
+            except UnicodeDecodeError:
+                text = ""
+            if text and _REFUSED.search(text) is None:
+                return text
+        try:
+            text = unquote_to_bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
-            text = ""
-        if text and _REFUSED.search(text) is None:
-            return text
-    try:
-        text = unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadPath("the request path is not UTF-8 once percent-decoded") from None
+            raise BadPath("the request path is not UTF-8 once percent-decoded") from None
+    if not text.startswith("/"):
+        raise BadPath("the request path must start with '/'")
     if _REFUSED.search(text) is not None:
         raise BadPath("the request path holds a character that is not allowed once "
                       "percent-decoded (a control character, '\\' or '%')")
