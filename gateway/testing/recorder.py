@@ -123,15 +123,18 @@ class Recorder:
 
     def _create(self, collection: str, body: bytes) -> dict[str, Any]:
         n = next(self._ids)
+        obj: dict[str, Any]
         if collection == "files":
-            obj = {"id": f"file-rec{n:04d}", "object": "file", "bytes": len(body)}
-            self.contents[obj["id"]] = body
+            oid = f"file-rec{n:04d}"
+            obj = {"id": oid, "object": "file", "bytes": len(body)}
+            self.contents[oid] = body
         else:
             out = f"file-out{n:04d}"
             self.objects[out] = {"id": out, "object": "file", "bytes": 0}
             self.contents[out] = b"batch output"
             request = orjson.loads(body) if body else {}
-            obj = {"id": f"batch_rec{n:04d}", "object": "batch",
+            oid = f"batch_rec{n:04d}"
+            obj = {"id": oid, "object": "batch",
                    "input_file_id": request.get("input_file_id"), "output_file_id": out}
-        self.objects[obj["id"]] = obj
+        self.objects[oid] = obj
         return obj
