@@ -84,6 +84,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         extra = f"""
 [upstreams.native]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{upstream}/v1"
 native_responses = true
 [models.native]

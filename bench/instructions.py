@@ -109,11 +109,13 @@ enabled = true
 semantic = false
 [upstreams.fake]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{openai}/v1"
 [models."bench-model"]
 targets = [{{ upstream = "fake", model = "fake-model" }}]
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{anthropic}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]

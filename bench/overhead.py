@@ -123,6 +123,7 @@ PREFIX = {"openai": "", "anthropic": "messages_", "responses": "responses_",
 ANTHROPIC_CONFIG = """
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]

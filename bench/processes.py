@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: /v1/responses itself, and its model ``bench-native`` (``.format(openai=PORT)``).
 NATIVE_RESPONSES = """[upstreams.native]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{openai}/v1"
 native_responses = true
 [models."bench-native"]
@@ -86,6 +87,7 @@ port = {port}
 policy = "{policy_path.name}"
 [upstreams.fake]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{fake_port}/v1"
 {upstream_extra}
 [models."bench-model"]

@@ -79,6 +79,7 @@ CONFIG = """
 targets = [{{ upstream = "fake", model = "gpt-5" }}]
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}"
 api_key_env = "BENCH_ANTHROPIC_KEY"
 [models."bench-claude"]

@@ -216,6 +216,7 @@ type = "local"
 model = "smollm2"
 [upstreams.fake]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{fake.url}/v1"
 [models.smollm2]
 targets = [{{ upstream = "local", model = "smollm2" }}]

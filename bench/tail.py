@@ -96,14 +96,17 @@ async def burst(url: str, clients: int, stream: bool, ttft_ms: float
 REPLICAS = """
 [upstreams.fast1]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}/r1/v1"
 headers = {{ "x-fake-ttft-ms" = "{fast}" }}
 [upstreams.fast2]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}/r2/v1"
 headers = {{ "x-fake-ttft-ms" = "{fast}" }}
 [upstreams.slow]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}/r3/v1"
 headers = {{ "x-fake-ttft-ms" = "{slow}" }}
 [models.replicas]
@@ -206,9 +209,11 @@ class TailedUpstream:
 HEDGED = """
 [upstreams.a]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}/a/v1"
 [upstreams.b]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:{port}/b/v1"
 [models.pair]
 targets = [{{ upstream = "a", model = "m" }}, {{ upstream = "b", model = "m" }}]

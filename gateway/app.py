@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from starlette.applications import Starlette
@@ -38,7 +39,10 @@ from gateway.errors import (
 )
 from gateway.formats import anthropic
 from gateway.formats.apis import ANTHROPIC, RESPONSES
+from gateway.http import send_error
+from gateway.metrics_endpoint import MetricsApp, MetricsListener, metrics_token
 from gateway.passthrough import Passthrough
+from gateway.paths import BadPath, canonical_path
 from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.response_store.endpoints import ResponseEndpoints
 from gateway.state import Gateway
@@ -54,17 +58,43 @@ EMBED_BATCH = 16
 
 
 class GatewayApp:
-    """The ASGI entry point. The model endpoints (the hot path) are dispatched by one dict
-    lookup; everything else, lifespan included, goes through the Starlette app."""
+    """The ASGI entry point, and the door: every request is routed by its canonical path
+    (gateway.paths), so that each spelling of a path is the same endpoint, with the same
+    stages, model table and limits (issue 45, finding 1).
+
+    A model endpoint's exact raw path (the hot path) is dispatched by one dict lookup: such
+    a path is already canonical. Any other request has its path made canonical first (a
+    400 when it has no canonical form), then goes to the model endpoint it names or
+    through the Starlette app (lifespan included), which sees the canonical path."""
 
     def __init__(self, gateway: Gateway, hot: dict[str, ASGIApp], app: Starlette):
         self.gateway = gateway
         self.starlette = app
-        self._hot = hot
+        self._hot_paths = hot
+        #: By raw path (None, a server's that gives none, is never a key).
+        self._hot: dict[bytes | None, ASGIApp] = {p.encode(): h for p, h in hot.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self._hot.get(scope["path"])
+        if scope["type"] != "http":
+            await self.starlette(scope, receive, send)
+            return
+        if scope["method"] == "POST":
+            handler = self._hot.get(scope.get("raw_path"))
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        raw = scope.get("raw_path")
+        try:
+            path = canonical_path(raw.partition(b"?")[0] if raw is not None else None,
+                                  scope["path"])
+        except BadPath as exc:
+            self.gateway.metrics.refuse("bad_path")
+            await send_error(send, exc)
+            return
+        if path != scope["path"] or raw != path.encode():
+            scope = {**scope, "path": path, "raw_path": quote(path).encode()}
+        if scope["method"] == "POST":
+            handler = self._hot_paths.get(path)
             if handler is not None:
                 await handler(scope, receive, send)
                 return
@@ -91,6 +121,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         single_threaded_blas()
         await gw.start()
+        if listener is not None:
+            await listener.start()
         tasks = [asyncio.create_task(_flush_logs(gw))]
         if watch:
             ready = asyncio.Event()
@@ -104,6 +136,8 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             gw.logger.flush()
+            if listener is not None:
+                await listener.aclose()
             await gw.aclose()
 
     async def models(request: Request) -> Response:
@@ -121,9 +155,22 @@ def create_app(
         return _json({"object": "list", "data": data})
 
     async def messages_other(request: Request) -> Response:
-        err = NotFound(f"{request.method} {request.url.path} is not supported by this "
+        gw.metrics.refuse("not_found")
+        err = NotFound(f"{request.method} {request.url.path[:256]} is not supported by this "
                        "gateway (it serves /v1/messages and /v1/messages/count_tokens)")
         return Response(anthropic.error_body(err), 404, media_type="application/json")
+
+    async def responses_other(request: Request) -> Response:
+        gw.metrics.refuse("not_found")  # the gateway's own: never passed through
+        err = NotFound(f"{request.method} {request.url.path[:256]} is not supported by this "
+                       "gateway")
+        return Response(err.body(), 404, media_type="application/json")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code in (404, 405):
+            gw.metrics.refuse("not_found" if exc.status_code == 404 else "method_not_allowed")
+        return await _http_error(request, exc)
 
     async def healthz(request: Request) -> Response:
         return _json({"status": "ok"})
@@ -137,10 +184,14 @@ def create_app(
             body["cache"] = "semantic" if gw.cache.embed is not None else "exact"
         return _json(body, 200 if ready else 503)
 
-    async def metrics(request: Request) -> Response:
+    async def render_metrics() -> bytes:
         ready = [name for name in gw.engine_metrics.engines if gw.upstreams[name].ready]
-        return Response(gw.metrics.render() + await gw.engine_metrics.render(ready),
-                        media_type="text/plain; version=0.0.4; charset=utf-8")
+        return gw.metrics.render() + await gw.engine_metrics.render(ready)
+
+    metrics = MetricsApp(render_metrics, metrics_token(config))
+    server = config.server
+    listener = None if server.metrics_port is None else MetricsListener(
+        metrics, server.metrics_host or server.host, server.metrics_port)
 
     async def purge(request: Request) -> Response:
         """POST /admin/cache/purge {"namespace": "..."}: drop a namespace's cache entries.
@@ -180,23 +231,23 @@ def create_app(
         upstreams=gw.upstreams, rate_limit_redis=gw.rate_limiter.redis is not None)
     passthrough = Passthrough(gw)
     stored = ResponseEndpoints(gw.responses, gw.auth)
+    every = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     routes = [Route(path, handler, methods=["POST"]) for path, handler in hot.items()] + [
         Route("/v1/models", _authenticated(gw, models), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        *([Route("/metrics", metrics, methods=["GET"])] if listener is None else []),
         Route("/admin/cache/purge", purge, methods=["POST"]),
         Route("/v1/responses/{id}", stored.get, methods=["GET"]),
         Route("/v1/responses/{id}", stored.delete, methods=["DELETE"]),
         Route("/v1/responses/{id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/responses/{id}/cancel", stored.cancel, methods=["POST"]),
-        Route("/v1/messages/{rest:path}", messages_other,
-              methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
-        Route("/v1/{rest:path}", passthrough,
-              methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        Route("/v1/responses/{rest:path}", responses_other, methods=every),
+        Route("/v1/messages/{rest:path}", messages_other, methods=every),
+        Route("/v1/{rest:path}", passthrough, methods=every),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_error})
+                    exception_handlers={HTTPException: http_error})
     return GatewayApp(gw, hot, app)
 
 
@@ -279,7 +330,7 @@ def _json(obj: Any, status: int = 200) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        err = NotFound(f"no route for {request.method} {request.url.path}")
+        err = NotFound(f"no route for {request.method} {request.url.path[:256]}")
         return Response(err.body(), 404, media_type="application/json")
     body = error_body(str(exc.detail), "invalid_request_error", "method_not_allowed"
                       if exc.status_code == 405 else None)

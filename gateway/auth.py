@@ -20,6 +20,10 @@ class Authenticator:
 
     def __init__(self, config: AuthConfig, source: str = "config"):
         self._by_digest: dict[bytes, str] = {}
+        #: Key id -> the beta features it may send upstream (its ``betas``; keys without
+        #: one are absent: any).
+        self.betas = {key.id: frozenset(key.betas) for key in config.keys
+                      if key.betas is not None}
         for key in config.keys:
             if key.key_env is not None:
                 secret = os.environ.get(key.key_env)

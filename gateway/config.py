@@ -15,6 +15,8 @@ from typing import Literal
 
 from gateway.connection_limits import ConnectionSettings
 from gateway.errors import ConfigError
+from gateway.http import HeaderAllow
+from gateway.paths import DEFAULT_PASSTHROUGH, Pattern
 from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
 from gateway.secret import SecretConfig
@@ -55,6 +57,13 @@ class ServerConfig(ConnectionSettings):
     #: SIGTERM: how long requests in flight may take to finish (s); then streams end with
     #: an error event and the process exits (see gateway.drain).
     drain_timeout_s: float = bounded(25.0, ge=0.0, le=3600.0)
+    #: /metrics on a listener of its own (0: any free port; on ``metrics_host``, by default
+    #: ``host``), not on the main port. Unset: on the main port.
+    metrics_port: int | None = bounded(None, ge=0, le=65535)
+    metrics_host: str | None = None
+    #: Environment variable (set at start) holding the bearer token /metrics then requires.
+    #: Unset: /metrics is open (aggregate counts only: no key, id or path in a label).
+    metrics_key_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,12 +73,17 @@ class GatewayKey:
     id: str
     key_env: str | None = None
     sha256: str | None = None
+    #: The ``anthropic-beta``/``openai-beta`` features this key may send upstream (e.g.
+    #: ``"prompt-caching-2024-07-31"``); others are removed. Unset: any.
+    betas: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.key_env is None) == (self.sha256 is None):
             raise ValueError(f"key {self.id!r}: set exactly one of key_env, sha256")
         if not self.id or "/" in self.id:  # "KEY/NAME": a key's cache namespace NAME
             raise ValueError(f"key {self.id!r}: an id is non-empty and holds no '/'")
+        if self.betas is not None:
+            object.__setattr__(self, "betas", tuple(b.strip().lower() for b in self.betas))
 
 
 @dataclass(frozen=True)
@@ -194,9 +208,25 @@ class UpstreamConfig:
     discover: str = ""
     pool: PoolConfig = field(default_factory=PoolConfig)
 
+    #: ``type = "openai"``: client paths forwarded as they are (gateway.passthrough), as
+    #: gateway.paths.Pattern (``/v1/files/**``). Unset: the stateless endpoints
+    #: (gateway.paths.DEFAULT_PASSTHROUGH); stateful ones only when listed (then per key:
+    #: gateway.ownership).
+    passthrough: tuple[str, ...] | None = None
+    #: Client headers sent beyond gateway.http.FORWARDED: names, or prefixes (``x-v-*``).
+    forward_headers: tuple[str, ...] = ()
+
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
+        if self.passthrough is None:
+            object.__setattr__(self, "passthrough",
+                               DEFAULT_PASSTHROUGH if self.type == "openai" else ())
+        elif self.passthrough and self.type != "openai":
+            raise ValueError("passthrough applies to type 'openai' only")
+        for pattern in self.passthrough or ():
+            Pattern(pattern)  # ValueError names it
+        HeaderAllow(self.forward_headers)
         if self.native_responses and self.type != "openai":
             raise ValueError("native_responses applies to type 'openai' only")
         if (self.replicas or self.discover) and (self.type != "openai" or self.base_url):

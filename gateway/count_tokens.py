@@ -24,7 +24,13 @@ from gateway.endpoint import request_id_of
 from gateway.errors import GatewayError, NoUpstreamAvailable
 from gateway.formats import anthropic
 from gateway.formats.checks import invalid_type, load_request, missing
-from gateway.http import forward_request_headers, forward_response_headers, read_body, send_bytes
+from gateway.http import (
+    forward_request_headers,
+    forward_response_headers,
+    read_body,
+    restrict_betas,
+    send_bytes,
+)
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
@@ -52,6 +58,8 @@ class CountTokensEndpoint:
         extra = [(b"x-request-id", rec.request_id.encode())]
         try:
             rec.key_id = gw.auth.check(headers)
+            if gw.auth.betas and rec.key_id in gw.auth.betas:  # the key's betas only
+                headers = restrict_betas(headers, gw.auth.betas[rec.key_id])
             raw = await read_body(receive, gw.config.server.max_body_bytes)
             body = _parse(raw)
             rec.model_requested = body["model"]

@@ -27,7 +27,7 @@ from gateway.context import Headers, Outcome, Reply, RequestContext, RequestKind
 from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.apis import OPENAI, RESPONSES, ApiFormat
 from gateway.formats.usage import Usage
-from gateway.http import read_body, send_bytes
+from gateway.http import read_body, restrict_betas, send_bytes
 from gateway.models import model_not_found
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
@@ -87,6 +87,8 @@ class ModelEndpoint:
             if drain.draining:
                 raise drain.error()
             rec.key_id = gw.auth.check(headers)
+            if gw.auth.betas and rec.key_id in gw.auth.betas:  # the key's betas only
+                headers = restrict_betas(headers, gw.auth.betas[rec.key_id])
             raw = await read_body(receive, gw.config.server.max_body_bytes,
                                   _content_length(first.get(b"content-length")))
             body = api.parse_request(raw, self.kind)

@@ -5,6 +5,7 @@ responses, header filtering. (Running work that a client disconnect cancels:
 from __future__ import annotations
 
 import email.utils
+import operator
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -16,10 +17,15 @@ from gateway.types import Receive, Send
 from llm_wire.asgi import ClientDisconnected
 
 __all__ = [
+    "FORWARDED",
     "HOP_BY_HOP",
+    "NEVER_FORWARDED",
+    "NEVER_FORWARDED_PREFIXES",
+    "HeaderAllow",
     "forward_request_headers",
     "forward_response_headers",
     "read_body",
+    "restrict_betas",
     "retry_after_ms",
     "send_bytes",
     "send_error",
@@ -35,6 +41,29 @@ HOP_BY_HOP = frozenset({
     b"cache-control",
 })
 _RESPONSE_DROP = HOP_BY_HOP | {b"content-encoding", b"date", b"server", b"set-cookie"}
+
+#: The client headers an upstream is sent (issue 45, finding 8): the body's type, what the
+#: client accepts, the providers' versioning and beta headers (Claude Code and the SDKs
+#: need them; a key's betas may be narrowed: ``auth.keys[].betas``), W3C trace context.
+#: The request id is the gateway's own (the client's, when sane: gateway.endpoint). All
+#: else is dropped: billing (``openai-organization``, ``openai-project``: the gateway's key
+#: pays), cookies, forwarding (``forwarded``, ``x-forwarded-*``, ``x-real-ip``), hop-by-hop
+#: ones and those ``connection`` names, ``idempotency-key`` (under a shared upstream key,
+#: one tenant's key would replay another's answer), SDK telemetry, ``user-agent``.
+FORWARDED = frozenset({
+    b"content-type", b"accept", b"anthropic-version", b"anthropic-beta", b"openai-beta",
+    b"traceparent", b"tracestate",
+})
+#: Never forwarded, whatever an upstream's ``forward_headers`` adds to :data:`FORWARDED`
+#: (names; and names starting with :data:`NEVER_FORWARDED_PREFIXES`).
+NEVER_FORWARDED = HOP_BY_HOP | {
+    b"cookie", b"cookie2", b"set-cookie", b"forwarded", b"via", b"x-real-ip",
+    b"true-client-ip", b"openai-organization", b"openai-project", b"idempotency-key",
+    b"proxy-connection", b"expect",
+}
+NEVER_FORWARDED_PREFIXES = (b"x-gateway-", b"x-forwarded-")
+_BETAS = (b"anthropic-beta", b"openai-beta")
+_NAME = operator.itemgetter(0)
 
 
 async def read_body(receive: Receive, limit: int, declared: int | None = None) -> bytes:
@@ -57,9 +86,69 @@ async def read_body(receive: Receive, limit: int, declared: int | None = None) -
 
 
 def forward_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """Client headers safe to pass upstream: no hop-by-hop, no keys, no gateway controls.
-    (A slice compared, not ``startswith``: on Python 3.11 it parses its arguments slowly.)"""
-    return [h for h in raw if h[0] not in HOP_BY_HOP and h[0][:10] != b"x-gateway-"]
+    """The client headers an upstream request carries: none that may never leave the
+    gateway (hop-by-hop, keys, gateway controls, and any the ``connection`` header names,
+    RFC 9110 7.6.1). The upstream then sends on only those its :class:`HeaderAllow`
+    allows (:data:`FORWARDED` by default): this strips, that one chooses. (A slice
+    compared, not ``startswith``: on Python 3.11 it parses its arguments slowly.)"""
+    out = [h for h in raw if h[0] not in HOP_BY_HOP and h[0][:10] != b"x-gateway-"]
+    if b"connection" in map(_NAME, raw):  # (a scan in C) the names it lists: this hop's
+        for k, v in raw:
+            if k == b"connection":
+                named = {n.strip().lower() for n in v.split(b",")}
+                out = [h for h in out if h[0] not in named]
+    return out
+
+
+class HeaderAllow:
+    """Which client headers an upstream sends on: :data:`FORWARDED`, plus its config's
+    ``forward_headers`` (names, or a prefix ending in ``*``: ``x-fake-*``). Raises
+    ValueError for an entry that is one of :data:`NEVER_FORWARDED` or starts with
+    :data:`NEVER_FORWARDED_PREFIXES`, or an empty or bare ``*`` prefix."""
+
+    __slots__ = ("names", "prefixes")
+
+    def __init__(self, extra: Iterable[str] = ()) -> None:
+        names, prefixes = set(FORWARDED), []
+        for entry in extra:
+            name = entry.strip().lower().encode("latin-1")
+            stem = name.removesuffix(b"*")
+            if not stem or b"*" in stem or not all(33 <= c < 127 and c != 58 for c in stem):
+                raise ValueError(f"forward_headers: {entry!r} is not a header name or a "
+                                 "prefix such as 'x-vendor-*'")
+            if stem in NEVER_FORWARDED or stem.startswith(NEVER_FORWARDED_PREFIXES) or any(
+                    n.startswith(stem) for n in (*NEVER_FORWARDED, *NEVER_FORWARDED_PREFIXES)
+                    if stem != name):
+                raise ValueError(f"forward_headers: {entry!r} is never forwarded (credentials, "
+                                 "hop-by-hop, cookies, forwarding, billing, idempotency)")
+            if stem == name:
+                names.add(name)
+            else:
+                prefixes.append(stem)
+        self.names = frozenset(names)
+        self.prefixes = tuple(prefixes)
+
+    def filter(self, raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The headers of ``raw`` it allows, in order."""
+        names, prefixes = self.names, self.prefixes
+        return [h for h in raw if h[0] in names or (prefixes and h[0].startswith(prefixes))]
+
+
+def restrict_betas(raw: list[tuple[bytes, bytes]], allowed: frozenset[str]
+                   ) -> list[tuple[bytes, bytes]]:
+    """``raw`` with each ``anthropic-beta`` and ``openai-beta`` header keeping only the
+    comma-separated features in ``allowed`` (lower-case; a header left empty is dropped):
+    a key's ``betas`` (gateway.config.GatewayKey)."""
+    out = []
+    for k, v in raw:
+        if k in _BETAS:
+            kept = [f for f in (p.strip() for p in v.decode("latin-1").split(","))
+                    if f.lower() in allowed]
+            if not kept:
+                continue
+            v = ",".join(kept).encode("latin-1")
+        out.append((k, v))
+    return out
 
 
 def forward_response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -9,25 +9,25 @@ on one event-loop thread, so no lock is needed). prometheus-client still does th
 Every series the Grafana dashboard and the alert rules (deploy/) read exists from start-up,
 at 0 for each label value the gateway knows before any traffic (:meth:`Metrics.start_at_zero`
 and :mod:`gateway.metric_labels`), so that a panel or a ``rate()`` alert reads 0, not "no data"
-(https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics). Label values
-that only traffic tells (a passthrough path, an upstream's own error type) appear when seen.
+(https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics).
+
+Every label value comes from a bounded set, whatever the traffic (issue 45: a label per
+raw path let unauthenticated requests grow /metrics without bound): routes are the model
+endpoints', ``passthrough`` or ``unknown``; an upstream's error type a known one or
+``other``; a 401 only counts in gateway_refused_requests_total (see
+:mod:`gateway.metric_labels`).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.histograms import LATENCY_BUCKETS, OVERHEAD_BUCKETS, Family
 from gateway.metric_labels import (
     BOUND_DECISIONS,
     BOUND_OUTCOMES,
@@ -36,13 +36,18 @@ from gateway.metric_labels import (
     COMPRESSION_OUTCOMES,
     ERROR_TYPES,
     LATE_HIT_OUTCOMES,
+    PASSTHROUGH,
     RATE_LIMIT_RESULTS,
     RATE_LIMIT_STORES_LOCAL,
     RATE_LIMIT_STORES_REDIS,
+    REFUSED_REASONS,
     RELOAD_RESULTS,
     SHED_REASONS,
     STATUSES,
     TOKEN_KINDS,
+    UNKNOWN,
+    BoundedLabel,
+    error_type_label,
 )
 from gateway.requestlog import RequestRecord
 
@@ -53,64 +58,21 @@ _K = TypeVar("_K")
 
 __all__ = ["Metrics", "RequestCollector"]
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                   2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.015, 0.025,
-                    0.05, 0.1, 0.25, 1.0)
-
-class _Histogram:
-    """Bucket counts for one label set: ``counts[i]`` holds observations in (b[i-1], b[i]]."""
-
-    __slots__ = ("counts", "sum")
-
-    def __init__(self, n_buckets: int):
-        self.counts = [0] * (n_buckets + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-
-class _Family:
-    """One histogram metric: label values -> _Histogram."""
-
-    def __init__(self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]):
-        self.name, self.doc, self.labels, self.buckets = name, doc, labels, buckets
-        self.series: dict[tuple[str, ...], _Histogram] = {}
-
-    def get(self, *values: str) -> _Histogram:
-        h = self.series.get(values)
-        if h is None:
-            h = self.series[values] = _Histogram(len(self.buckets))
-        return h
-
-    def observe(self, h: _Histogram, value: float) -> None:
-        h.counts[bisect_left(self.buckets, value)] += 1
-        h.sum += value
-
-    def collect(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.doc, labels=list(self.labels))
-        for values, h in self.series.items():
-            cumulative, acc = [], 0
-            for bound, count in zip((*map(str, self.buckets), "+Inf"), h.counts, strict=True):
-                acc += count
-                cumulative.append((bound, acc))
-            family.add_metric(list(values), cumulative, h.sum)
-        return family
-
-
 class RequestCollector(Collector):
     """The per-request metrics, kept as plain numbers and exported at scrape time."""
 
     def __init__(self) -> None:
-        self.duration = _Family("gateway_request_duration_seconds", "Arrival to last byte.",
+        self.duration = Family("gateway_request_duration_seconds", "Arrival to last byte.",
                                 ("route", "model"), LATENCY_BUCKETS)
-        self.ttft = _Family("gateway_ttft_seconds", "Streaming: arrival to first event.",
+        self.ttft = Family("gateway_ttft_seconds", "Streaming: arrival to first event.",
                             ("model",), LATENCY_BUCKETS)
-        self.upstream = _Family("gateway_upstream_duration_seconds",
+        self.upstream = Family("gateway_upstream_duration_seconds",
                                 "First upstream attempt to last upstream byte.", ("upstream",),
                                 LATENCY_BUCKETS)
-        self.queue_wait = _Family("gateway_queue_wait_seconds",
+        self.queue_wait = Family("gateway_queue_wait_seconds",
                                   "Time queued for an admission slot (requests that queued).",
                                   ("upstream",), LATENCY_BUCKETS)
-        self.overhead = _Family("gateway_overhead_seconds",
+        self.overhead = Family("gateway_overhead_seconds",
                                 "Total minus upstream time: what the gateway added.", ("route",),
                                 OVERHEAD_BUCKETS)
         # (route, model, status) -> count; (model, kind) -> tokens; route -> count
@@ -125,7 +87,7 @@ class RequestCollector(Collector):
         self.compression_saved: dict[str, int] = {}
         # (store: redis | local | fallback, result: allowed | requests | tokens) -> count
         self.rate_limit: dict[tuple[str, str], int] = {}
-        self.compress_time = _Family("gateway_compress_seconds",
+        self.compress_time = Family("gateway_compress_seconds",
                                      "The compress stage's compressor time.", ("model",),
                                      LATENCY_BUCKETS)
 
@@ -260,10 +222,12 @@ def _at_zero(known: Iterable[_K], counts: dict[_K, int]) -> dict[_K, int]:
 class _Series:
     """The per-request series of one (route, model, status, upstream) combination."""
 
-    __slots__ = ("duration", "overhead", "requests_key", "tokens_keys", "ttft", "upstream")
+    __slots__ = ("duration", "overhead", "requests_key", "route", "tokens_keys", "ttft",
+                 "upstream")
 
     def __init__(self, c: RequestCollector, route: str, model: str, status: int,
                  upstream: str):
+        self.route = route
         self.requests_key = (route, model, str(status))
         self.duration = c.duration.get(route, model)
         self.overhead = c.overhead.get(route)
@@ -286,6 +250,16 @@ class Metrics:
                                       ["result"], registry=self.registry)
         for result in RELOAD_RESULTS:
             self.policy_reloads.labels(result)
+        self.refused = Counter("gateway_refused_requests", "Requests refused before any "
+                               "route served them (no series of their own: see "
+                               "gateway.metric_labels.REFUSED_REASONS).", ["reason"],
+                               registry=self.registry)
+        for reason in REFUSED_REASONS:
+            self.refused.labels(reason)
+        #: The route labels (start_at_zero adds the model endpoints'); anything else counts
+        #: as ``unknown``.
+        self._routes = {PASSTHROUGH}
+        self._shed = BoundedLabel(SHED_REASONS)
 
     def start_at_zero(self, *, routes: Iterable[str], models: Iterable[str],
                       upstreams: Iterable[str], rate_limit_redis: bool) -> None:
@@ -305,6 +279,7 @@ class Metrics:
         """
         c = self.collector
         routes, models = list(dict.fromkeys(routes)), list(dict.fromkeys(models))
+        self._routes.update(routes)
         for route in routes:
             c.duration.get(route, "none")
             c.overhead.get(route)
@@ -353,7 +328,9 @@ class Metrics:
         key = (rec.route, rec.model_served or "none", rec.status, rec.upstream or "none")
         s = self._series.get(key)
         if s is None:
-            s = self._series[key] = _Series(c, *key)
+            s = self._new_series(key)
+            if s is None:  # refused before any route served it: counted apart
+                return
         c.requests[s.requests_key] = c.requests.get(s.requests_key, 0) + 1
         if rec.total_ms is not None:
             c.duration.observe(s.duration, rec.total_ms / 1000)
@@ -371,20 +348,41 @@ class Metrics:
         if rec.queue_ms:
             c.queue_wait.observe(c.queue_wait.get(rec.upstream or "none"), rec.queue_ms / 1000)
         if rec.retries:
-            c.retries[rec.route] = c.retries.get(rec.route, 0) + rec.retries
+            c.retries[s.route] = c.retries.get(s.route, 0) + rec.retries
         if rec.cancelled:
-            c.cancelled[rec.route] = c.cancelled.get(rec.route, 0) + 1
+            c.cancelled[s.route] = c.cancelled.get(s.route, 0) + 1
         if rec.error_type:
-            k2 = (rec.route, rec.error_type)
+            k2 = (s.route, error_type_label(rec.error_type))
             c.errors[k2] = c.errors.get(k2, 0) + 1
         if rec.shed:
-            k3 = (rec.route, rec.shed)
+            k3 = (s.route, self._shed(rec.shed))
             c.shed[k3] = c.shed.get(k3, 0) + 1
         if rec.compress_skip or rec.compression:
             self._compression(rec)
         if rec.rate_limit:
             k4 = (rec.rate_limit, rec.rate_limited or "allowed")
             c.rate_limit[k4] = c.rate_limit.get(k4, 0) + 1
+
+    def _new_series(self, key: tuple[str, str, int, str]) -> _Series | None:
+        """The series of a label set first seen, its values bounded: the route one of the
+        known ones (else ``unknown``), the status an HTTP status (else 0). Only bounded
+        keys are kept, so a request of a new label set costs a lookup more, not a series.
+        None for a 401: the refused counter holds it."""
+        route, model, status, upstream = key
+        if status == 401:
+            self.refused.labels("unauthenticated").inc()
+            return None
+        bounded = (route if route in self._routes else UNKNOWN, model,
+                   status if 100 <= status <= 599 else 0, upstream)
+        s = self._series.get(bounded)
+        if s is None:
+            s = self._series[bounded] = _Series(self.collector, *bounded)
+        return s
+
+    def refuse(self, reason: str) -> None:
+        """Count a request refused before any route served it (``reason``: one of
+        :data:`~gateway.metric_labels.REFUSED_REASONS`)."""
+        self.refused.labels(reason).inc()
 
     def _compression(self, rec: RequestRecord) -> None:
         c, model = self.collector, rec.model_served or "none"

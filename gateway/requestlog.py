@@ -5,7 +5,7 @@ Schema (stable; new fields are only ever added). Times are milliseconds, tokens 
 =================  =====================================================================
 request_id         taken from the client's ``x-request-id`` or made; returned in the response
 ts                 request arrival, ISO 8601 UTC
-route              endpoint path, e.g. ``/v1/chat/completions``
+route              the endpoint's route, e.g. ``/v1/chat/completions``, or ``passthrough``
 api                the client's API: ``openai``, ``anthropic`` (``/v1/messages``) or
                    ``responses`` (``/v1/responses``)
 key_id             the gateway key's id (never the key), or null
@@ -75,6 +75,8 @@ coalesced          ``leader``: identical requests shared its upstream call; ``fo
                    shared another's (the ``coalesce`` stage); else null
 hedged             a hedge was sent (the first call slow to answer: ``[balance]
                    hedge_after_ms``); ``upstream`` is then the one that answered first
+path               a pass-through request's path (its ``route`` is ``passthrough``), in
+                   its canonical form (gateway.paths), at most 256 characters; else null
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -113,7 +115,7 @@ FIELDS = (
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
-    "compress_fine", "coalesced", "hedged",
+    "compress_fine", "coalesced", "hedged", "path",
 )
 
 
@@ -194,6 +196,7 @@ class RequestRecord:
     rate_limited: str | None = None
     coalesced: str | None = None
     hedged: bool = False
+    path: str | None = None
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

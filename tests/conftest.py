@@ -132,6 +132,8 @@ def fake(fake_server: FakeServer) -> FakeUpstream:
 
 
 def gateway_toml(fake_url: str, extra: str = "") -> str:
+    """The test gateway's config: upstreams on the fake (which tests steer with
+    ``x-fake-*`` headers, forwarded by ``forward_headers``), and their models."""
     return f"""
 [server]
 policy = "policy.toml"
@@ -144,10 +146,12 @@ requests = false
 type = "openai"
 base_url = "{fake_url}/v1"
 read_timeout_ms = 2000
+forward_headers = ["x-fake-*"]
 
 [upstreams.backup]
 type = "openai"
 base_url = "{fake_url}/backup/v1"
+forward_headers = ["x-fake-*"]
 
 [upstreams.dead]
 type = "openai"
@@ -158,6 +162,7 @@ connect_timeout_ms = 200
 type = "openai"
 base_url = "{fake_url}/v1"
 read_timeout_ms = 300
+forward_headers = ["x-fake-*"]
 
 [upstreams.keyless]
 type = "openai"

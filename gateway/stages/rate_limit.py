@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from gateway.policy import Policy
     from gateway.requestlog import RequestRecord
 
-__all__ = ["RateLimitStage", "build", "charge_request", "duration", "reservation",
-           "rfc3339_after"]
+__all__ = ["RateLimitStage", "build", "charge_passthrough", "charge_request", "duration",
+           "reservation", "rfc3339_after"]
 
 #: Per kind, its ``x-ratelimit-*`` header names and its ``anthropic-ratelimit-*`` ones
 #: (limit, remaining, reset).
@@ -223,6 +223,27 @@ async def charge_request(limiter: RateLimiter, policy: Policy, key_id: str | Non
     if not plan.buckets:
         return [], None
     _, headers, refusal = await _charge(limiter, limits, plan, 0, rec)
+    return headers, refusal
+
+
+async def charge_passthrough(limiter: RateLimiter, policy: Policy, key_id: str | None,
+                             rec: RequestRecord, tokens: int
+                             ) -> tuple[Headers, RateLimited | None]:
+    """A pass-through request (gateway.passthrough), charged to its key's buckets, the ones
+    the stage charges model requests to: one request and ``tokens`` (its body's bytes / 4,
+    as a model request's prompt is estimated), all or nothing; never settled (no usage
+    comes back to settle to). Returns the ``x-ratelimit-*`` headers and the 429 to answer
+    with, if any; nothing when the pipeline has no ``rate_limit`` stage or no limit
+    applies."""
+    limits = policy.rate_limits
+    if not limits.active or "rate_limit" not in policy.pipeline.stages:
+        return [], None
+    plan = _Plan()
+    name, scope = _key_bucket(key_id)
+    plan.add(name, scope, limits.for_key(key_id), tokens)
+    if not plan.buckets:
+        return [], None
+    _, headers, refusal = await _charge(limiter, limits, plan, tokens, rec)
     return headers, refusal
 
 

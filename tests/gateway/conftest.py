@@ -29,6 +29,7 @@ def with_claude(make_gateway: Callable[..., GatewayServer],
     gw = make_gateway(f"""
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "{url}"
 api_key_env = "{ANTHROPIC_KEY_ENV}"
 

@@ -66,6 +66,7 @@ def run(url: str, model: str, make_agent: Callable[[OpenAIResponsesModel], Agent
 NATIVE = """
 [upstreams.native]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/v1"
 native_responses = true
 

@@ -62,12 +62,14 @@ def make(make_gateway: Callable[..., object], anthropic_server: tuple[FakeAnthro
     extra = f"""
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "{url}"
 api_key_env = "{KEY_ENV}"
 read_timeout_ms = 2000
 
 [upstreams.claude_down]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "http://127.0.0.1:9"
 connect_timeout_ms = 200
 

@@ -41,14 +41,17 @@ def test_the_cheaper_of_two_goes_first_the_rest_follow_in_order() -> None:
 REPLICAS = """
 [upstreams.fast1]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r1/v1"
 
 [upstreams.fast2]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r2/v1"
 
 [upstreams.slow]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r3/v1"
 headers = {{ "x-fake-ttft-ms" = "40" }}
 

@@ -61,6 +61,7 @@ def make(make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAn
     extra = f"""
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "{claude_server[1]}"
 api_key_env = "{KEY_ENV}"
 
@@ -383,6 +384,7 @@ def test_a_responses_request_is_cut_translated_and_natively(make, fake, fake_ser
     gw = make(more=f"""
 [upstreams.native]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{fake_server.url}/v1"
 native_responses = true
 

@@ -57,10 +57,12 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("extra", "key", "fragment"), [
-    ("[server]\nprot = 1\n", "server.prot", ("allowed keys: body_timeout_s, drain_timeout_s, "
+    ("[server]
+prot = 1
+", "server.prot", ("allowed keys: body_timeout_s, drain_timeout_s, "
      "header_timeout_s, host, keep_alive_s, max_body_bytes, max_connections, "
-     "max_connections_per_client, max_header_bytes, policy, policy_reload, port, "
-     "send_timeout_s")),
+     "max_connections_per_client, max_header_bytes, metrics_host, metrics_key_env, "
+     "metrics_port, policy, policy_reload, port, send_timeout_s")),
     ('[upstreams.bad]\ntype = "grpc"\n', "upstreams.bad.type", "one of 'openai'"),
     ('[upstreams.bad]\ntype = "openai"\n', "upstreams.bad", "needs base_url"),
     ("[server]\nport = 70000\n", "server.port", "must be <= 65535"),

@@ -90,11 +90,13 @@ def test_no_budget_no_hedge() -> None:
 SLOW_THEN_FAST = """
 [upstreams.slow]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r1/v1"
 headers = {{ "x-fake-ttft-ms" = "5000" }}
 
 [upstreams.fast]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r2/v1"
 
 [models.hedged]
@@ -134,20 +136,24 @@ def test_a_bad_slo_header_is_a_400(gw: GatewayServer, fake: FakeUpstream) -> Non
 BOTH_SLOW = """
 [upstreams.slow1]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r1/v1"
 headers = {{ "x-fake-ttft-ms" = "60" }}
 
 [upstreams.slow2]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r2/v1"
 headers = {{ "x-fake-ttft-ms" = "60" }}
 
 [upstreams.quick1]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r3/v1"
 
 [upstreams.quick2]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/r4/v1"
 
 [models.overloaded]

@@ -97,11 +97,13 @@ def make(make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAn
     extra = f"""
 [upstreams.claude]
 type = "anthropic"
+forward_headers = ["x-fake-*"]
 base_url = "{claude_server[1]}"
 api_key_env = "{KEY_ENV}"
 
 [upstreams.sim]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{openai_sim_server[1]}/v1"
 
 [models.claude]
@@ -118,6 +120,7 @@ targets = [{{ upstream = "sim", model = "gpt-4o" }}]
 
 [upstreams.native]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{openai_sim_server[1]}/v1"
 native_responses = true
 

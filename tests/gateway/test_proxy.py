@@ -105,15 +105,15 @@ def test_models_lists_names_and_aliases(gw):
     assert {"fake-model", "fm", "with-fallback"} <= ids
 
 
-def test_other_v1_paths_pass_through_byte_for_byte(gw, fake):
+def test_allowed_v1_paths_pass_through_byte_for_byte(gw, fake):
     payload = bytes(range(256)) * 4
-    r = httpx.post(gw.v1 + "/files/abc?purpose=batch", content=payload,
+    r = httpx.post(gw.v1 + "/audio/transcriptions?language=en", content=payload,
                    headers={"content-type": "application/octet-stream"})
     assert r.status_code == 200 and r.content == payload
-    assert r.headers["x-fake-path"] == "/v1/files/abc"
+    assert r.headers["x-fake-path"] == "/v1/audio/transcriptions"
     assert fake.records[0].method == "POST"
-    r = httpx.delete(gw.v1 + "/files/abc")
-    assert r.headers["x-fake-method"] == "DELETE"
+    assert gw.logged()[0]["route"] == "passthrough"
+    assert gw.logged()[0]["path"] == "/v1/audio/transcriptions"
 
 
 def test_numpy_blas_runs_on_one_thread_once_the_gateway_serves(gw):
@@ -313,6 +313,7 @@ sha256 = "{hashlib.sha256(b'sk-team-a').hexdigest()}"
 
 [upstreams.keyed]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{{fake}}"
 api_key_env = "GATEWAY_TEST_UPSTREAM_KEY"
 
@@ -396,6 +397,7 @@ def test_upstream_cookies_are_neither_kept_nor_forwarded(make_gateway, fake_serv
     gw = make_gateway(extra=f"""
 [upstreams.named]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/v1"
 [models."named-model"]
 targets = [{{ upstream = "named", model = "n" }}]

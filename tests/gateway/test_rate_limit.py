@@ -99,24 +99,25 @@ def test_openai_clients_get_the_headers_then_a_429_with_retry_after(
 
 def test_pass_through_paths_count_against_the_keys_requests_per_minute(
         make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
-    """/v1/files and the like are not a way around a key's RPM: each counts, jointly with
-    its chat requests; over the limit, the same 429 and headers, and nothing forwarded."""
+    """/v1/moderations and the like are not a way around a key's RPM: each counts, jointly
+    with its chat requests; over the limit, the same 429 and headers, and nothing
+    forwarded."""
     gw = make_gateway(policy=limits("default = { requests_per_minute = 3 }"))
-    first = httpx.post(gw.v1 + "/files/abc", content=b"x")
+    first = httpx.post(gw.v1 + "/moderations", content=b"x")
     assert first.status_code == 200 and first.headers["x-ratelimit-remaining-requests"] == "2"
     assert chat(gw).headers["x-ratelimit-remaining-requests"] == "1"
-    assert httpx.delete(gw.v1 + "/files/abc").headers["x-ratelimit-remaining-requests"] == "0"
+    assert httpx.post(gw.v1 + "/audio/speech").headers["x-ratelimit-remaining-requests"] == "0"
     forwarded = len(fake.records)
     with sdk(gw) as client, pytest.raises(openai.RateLimitError) as caught:
-        client.files.retrieve("abc")
+        client.moderations.create(input="hello")
     refused = caught.value.response
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert int(refused.headers["retry-after"]) >= 1
     assert caught.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
     assert len(fake.records) == forwarded  # the refused one never reached the upstream
     log = gw.logged(4)[-1]
-    assert (log["route"], log["status"], log["rate_limited"]) == ("/v1/files/abc", 429,
-                                                                  "requests")
+    assert (log["route"], log["path"], log["status"], log["rate_limited"]) == (
+        "passthrough", "/v1/moderations", 429, "requests")
 
 
 def test_streams_carry_the_headers_too(make_gateway: Callable[..., GatewayServer],

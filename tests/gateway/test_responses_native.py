@@ -19,6 +19,7 @@ from tests.conftest import GatewayServer
 NATIVE = """
 [upstreams.native]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{url}/v1"
 native_responses = true
 

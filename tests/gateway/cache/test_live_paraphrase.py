@@ -30,6 +30,7 @@ def shipped(make_gateway: Callable[..., GatewayServer],
     gw = make_gateway(f"""
 [upstreams.engine]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{fake_server.url}/v1"
 cancel_on_late_hit = true
 

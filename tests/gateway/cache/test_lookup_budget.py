@@ -102,6 +102,7 @@ def gw(make_gateway: Callable[..., GatewayServer], fake_server: FakeServer,
     gw = make_gateway(f"""
 [upstreams.cheap]
 type = "openai"
+forward_headers = ["x-fake-*"]
 base_url = "{fake_server.url}/v1"
 cancel_on_late_hit = true
 
