@@ -57,9 +57,7 @@ def test_relative_policy_path_resolves_against_the_config_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("extra", "key", "fragment"), [
-    ("[server]
-prot = 1
-", "server.prot", ("allowed keys: body_timeout_s, drain_timeout_s, "
+    ("[server]\nprot = 1\n", "server.prot", ("allowed keys: body_timeout_s, drain_timeout_s, "
      "header_timeout_s, host, keep_alive_s, max_body_bytes, max_connections, "
      "max_connections_per_client, max_header_bytes, metrics_host, metrics_key_env, "
      "metrics_port, policy, policy_reload, port, send_timeout_s")),
