@@ -174,7 +174,7 @@ def _shape(obj: Any, path: str, spec: Spec, marks: list[str] | None = None) -> d
         wants = want if isinstance(want, tuple) else (want,)
         if (value is None and key not in spec) or object in wants:
             continue  # null is fine for an optional field
-        if isinstance(want, frozenset) and value not in want:
+        if isinstance(want, frozenset) and not (isinstance(value, str) and value in want):
             raise _bad(f"{at}: Input should be {' or '.join(map(repr, sorted(want)))}")
         if not isinstance(want, frozenset) and not any(
                 isinstance(value, (int, float) if w is float else w)
@@ -189,7 +189,7 @@ def _shape(obj: Any, path: str, spec: Spec, marks: list[str] | None = None) -> d
 def _tagged(obj: Any, path: str, table: dict[str, Spec],
             marks: list[str] | None = None) -> dict[str, Any]:
     kind = obj.get("type") if isinstance(obj, dict) else None
-    if kind not in table:
+    if not isinstance(kind, str) or kind not in table:
         raise _bad(f"{path}: Input tag {kind!r} found using 'type' does not match any of the "
                    f"expected tags: {', '.join(map(repr, table))}")
     return _shape(obj, path, {"type": str, **table[kind]}, marks)
