@@ -278,9 +278,9 @@ def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) ->
     if thinking := int(headers.get("x-fake-thinking", 0)):
         content.append({"type": "thinking", "signature": f"sig_fake_{thinking}",
                         "thinking": " ".join(f"think{i}" for i in range(thinking))})
-    fmt = (data.get("output_config") or {}).get("format") or {}  # structured outputs
-    text = orjson.dumps(json_instance(fmt.get("schema"))).decode() \
-        if fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
+    fmt = (data.get("output_config") or {}).get("format")  # structured outputs
+    text = orjson.dumps(json_instance(fmt.get("schema"))).decode() if isinstance(fmt, dict) \
+        and fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
     content += [{"type": "text", "text": text}] if n else []
     custom = [t["name"] for t in data.get("tools") or () if t.get("type") in (None, "custom")]
     tool = {"type": "tool_use", "id": f"toolu_fake{uuid.uuid4().hex[:20]}", "name": custom[0],
