@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["Evidence", "system_lines"]
 
-#: Recent distinct system prompts remembered a family.
+#: Recent distinct system prompts remembered a family (least recently seen forgotten first).
 KEEP = 16
 
 
@@ -66,7 +66,9 @@ class Evidence:
             return
         family = (api, body["model"])
         recent = self._recent.setdefault(family, deque(maxlen=KEEP))
-        if lines in recent:
+        if lines in recent:  # seen again: the most recent (the gateway's memory is an LRU)
+            recent.remove(lines)
+            recent.append(lines)
             return
         for other in recent:
             if len(other) == len(lines):
