@@ -251,11 +251,11 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
         at = f"{where}.content[{j}]"
         kind = block.get("type")
         if kind == "tool_result":
+            call_id = a_string(block.get("tool_use_id"), f"{at}.tool_use_id")
             text = _tool_result_text(block.get("content"), at)
             if block.get("is_error"):  # OpenAI has no error flag: the model reads it instead
                 text = f"Error: {text}" if text else "Error"
-            out.append({"role": "tool", "content": text, "tool_call_id": a_string(
-                block.get("tool_use_id"), f"{at}.tool_use_id")})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind == "text":
             parts.append({"type": "text", "text": a_string(block.get("text"), f"{at}.text")})
         elif kind == "image":

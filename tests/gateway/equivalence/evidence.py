@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from gateway.errors import GatewayError
 from gateway.formats.responses import chat_view
 
 __all__ = ["Evidence", "system_lines"]
@@ -43,7 +44,7 @@ def system_lines(api: str, body: Any) -> tuple[str, ...] | None:
         if api == "responses":
             try:
                 body = chat_view(body)
-            except (KeyError, TypeError, AttributeError, ValueError):  # the door refuses it
+            except (GatewayError, KeyError, TypeError, AttributeError, ValueError):  # refused
                 return None
         for message in body.get("messages") if isinstance(body.get("messages"), list) else ():
             if not (isinstance(message, dict) and message.get("role") in ("system", "developer")):
