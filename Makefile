@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= gateway.example.toml
 
-.PHONY: install run test typecheck bench clean
+.PHONY: install run test fuzz typecheck bench clean
 
 install: $(STAMP)
 
@@ -36,6 +36,12 @@ test: $(STAMP)
 	scripts/fetch-promtool.sh
 	scripts/fetch-chromium.sh
 	$(PY) -m pytest -q
+
+# The fuzz harness at its full count (issue 45): 5,000 mutated bodies per direction and
+# policy, 10,000 per direction, over every client API and translation direction
+# (tests/gateway/equivalence/test_fuzz.py; `make test` runs 1,000 per direction and policy).
+fuzz: $(STAMP)
+	GATEWAY_FUZZ_COUNT=5000 $(PY) -m pytest -q tests/gateway/equivalence/test_fuzz.py
 
 # mypy --strict over the files pyproject.toml names: gateway, local_engine, llm_wire.
 typecheck: $(STAMP)

@@ -111,7 +111,9 @@ _HELD_UPSTREAM = ("previous_response_id", "conversation", "prompt")
 
 
 def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | None:
-    """Why this request must not be served from (or stored in) the cache, or None."""
+    """Why this request must not be served from (or stored in) the cache, or None. Reads
+    fields the door may not have checked (a Responses body's ``temperature``): a value of
+    the wrong type makes the request ineligible, never an error here."""
     n = data.get("n")
     if n not in (None, 1):
         return "n"
@@ -122,6 +124,9 @@ def ineligible_reason(data: dict[str, Any], max_temperature: float) -> str | Non
             "auto", "none"):
         return "tool_choice"
     temperature = data.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(
+            temperature, (int, float))):
+        return "temperature"  # not a number (a Responses body's, unchecked): the upstream's 400
     if (1.0 if temperature is None else temperature) > max_temperature:
         return "temperature"
     for held in _HELD_UPSTREAM:  # Responses: a conversation or prompt only OpenAI holds

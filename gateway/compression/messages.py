@@ -42,7 +42,7 @@ MAX_REQUEST_CHARS = 2_000
 #: Units whose kind says they are data, never the request.
 _DATA = frozenset({"document", "record", "json", "code", "bracket"})
 #: Text parts: chat's and Anthropic's ``text``, Responses' ``input_text``.
-_TEXT = frozenset({"text", "input_text"})
+_TEXT = ("text", "input_text")  # a tuple: a fuzzed "type" may be unhashable (a dict)
 #: Responses items that stand for a chat message of this role.
 _ITEM_ROLES = {"function_call": "assistant", "function_call_output": "tool"}
 

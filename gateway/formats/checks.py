@@ -1,6 +1,11 @@
 """What every wire format checks first in a request body, and its 400s: one place, so the
 OpenAI and Anthropic formats (and ``count_tokens``) word their errors alike.
 
+The translators read the fields the door left unchecked (the door checks only what the
+gateway itself reads: "accept what the providers accept") through :func:`an_object`,
+:func:`an_array`, :func:`a_string` and :func:`required`: a shape they cannot translate is a
+400 naming the field, never an exception of their own.
+
 Each error is an :class:`~gateway.errors.InvalidRequest` (400) whose ``param`` names the
 field and whose ``code`` says what is wrong: ``missing_required_parameter``,
 ``invalid_type`` or ``invalid_value`` (``invalid_json`` for a body that is not JSON).
@@ -22,8 +27,8 @@ import orjson
 from gateway import jsonio
 from gateway.errors import InvalidJSON, InvalidRequest
 
-__all__ = ["invalid_type", "invalid_value", "load_request", "message_list", "missing",
-           "shown"]
+__all__ = ["a_string", "an_array", "an_object", "invalid_type", "invalid_value",
+           "load_request", "message_list", "missing", "required", "shown"]
 
 #: Nesting orjson writes (it raises past it).
 _MAX_DEPTH = 254
@@ -106,3 +111,40 @@ def invalid_type(param: str, expected: str, value: Any) -> InvalidRequest:
 
 def invalid_value(param: str, message: str) -> InvalidRequest:
     return InvalidRequest(message, param=param, code="invalid_value")
+
+
+# -- reading a field a translator needs ------------------------------------------------------
+
+def an_object(value: Any, param: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object; else InvalidRequest (``invalid_type``) naming
+    ``param``."""
+    if not isinstance(value, dict):
+        raise invalid_type(param, "an object", value)
+    return value
+
+
+def an_array(value: Any, param: str) -> list[Any]:
+    """``value`` when it is an array, ``[]`` for null or absent; else InvalidRequest
+    (``invalid_type``) naming ``param``."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid_type(param, "an array", value)
+    return value
+
+
+def a_string(value: Any, param: str) -> str:
+    """``value`` when it is a string; else InvalidRequest naming ``param``
+    (``missing_required_parameter`` for null or absent, else ``invalid_type``)."""
+    if not isinstance(value, str):
+        raise missing(param) if value is None else invalid_type(param, "a string", value)
+    return value
+
+
+def required(obj: dict[str, Any], key: str, param: str) -> Any:
+    """``obj[key]``, not null; else InvalidRequest (``missing_required_parameter``) naming
+    ``param``."""
+    value = obj.get(key)
+    if value is None:
+        raise missing(param)
+    return value

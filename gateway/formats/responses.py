@@ -24,7 +24,14 @@ import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.formats.answer import Answer
-from gateway.formats.checks import invalid_type, invalid_value, load_request, missing
+from gateway.formats.checks import (
+    a_string,
+    invalid_type,
+    invalid_value,
+    load_request,
+    missing,
+    shown,
+)
 from gateway.formats.ids import random_hex
 
 __all__ = ["HOSTED_TOOLS", "answer_from_response", "chat_view", "input_messages",
@@ -82,12 +89,15 @@ def _check_item(item: Any, where: str) -> None:
     if not isinstance(item, dict):
         raise invalid_type(where, "an object", item)
     kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise invalid_type(f"{where}.type", "a string", kind)
     if kind not in _ITEM_TYPES:
         raise invalid_value(f"{where}.type", f"unknown input item type {kind!r}")
     if kind == "message":
-        if item.get("role") not in _ROLES:
+        role = item.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
             raise invalid_value(f"{where}.role", "'role' must be one of user, assistant, "
-                                "system, developer")
+                                f"system, developer, got {shown(role)}")
         if not isinstance(item.get("content"), (str, list)):
             raise invalid_type(f"{where}.content", "a string or an array of parts",
                                item.get("content"))
@@ -96,38 +106,47 @@ def _check_item(item: Any, where: str) -> None:
         raise missing(f"{where}.call_id")
 
 
-def _part(part: Any, where: str) -> dict[str, Any]:
-    """One content part as a Chat Completions part."""
+def _part(part: Any, where: str, strict: bool) -> Any:
+    """One content part as a Chat Completions part (not ``strict``: a part that has none
+    kept as it came)."""
     kind = part.get("type") if isinstance(part, dict) else None
     if kind in ("input_text", "output_text", "text"):
-        return {"type": "text", "text": part.get("text", "")}
-    if kind == "input_image":
-        url = part.get("image_url")
-        if not isinstance(url, str):
-            raise InvalidRequest("an input_image needs an 'image_url' (a file_id cannot be "
-                                 "served by this upstream)", param=where)
-        image: dict[str, Any] = {"url": url}
+        text = part.get("text", "")
+        if isinstance(text, str) or not strict:
+            return {"type": "text", "text": text}
+        raise invalid_type(f"{where}.text", "a string", text)
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        image: dict[str, Any] = {"url": part["image_url"]}
         if part.get("detail"):
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    raise InvalidRequest(f"content part type {kind!r} cannot be served by this upstream",
+    if not strict:
+        return part
+    if kind == "input_image":
+        raise InvalidRequest("an input_image needs an 'image_url' (a file_id cannot be "
+                             "served by this upstream)", param=where)
+    raise InvalidRequest(f"content part type {shown(kind)} cannot be served by this upstream",
                          param=where, code="unsupported_content")
 
 
-def _content(content: Any, where: str) -> Any:
+def _content(content: Any, where: str, strict: bool) -> Any:
     if isinstance(content, str):
         return content
-    parts = [_part(p, f"{where}[{i}]") for i, p in enumerate(content)]
-    if all(p["type"] == "text" for p in parts):
+    parts = [_part(p, f"{where}[{i}]", strict) for i, p in enumerate(content)]
+    if all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p["text"], str)
+           for p in parts):
         return "".join(p["text"] for p in parts)  # plain text, as most servers expect
     return parts
 
 
-def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+def input_messages(body: dict[str, Any], strict: bool = True) -> list[dict[str, Any]]:
     """``instructions`` and ``input`` as Chat Completions messages: consecutive
     ``function_call`` items become one assistant message's ``tool_calls``; a
     ``function_call_output`` a ``tool`` message; reasoning items are left out (no chat
-    counterpart). Raises InvalidRequest for a part the chat format cannot carry."""
+    counterpart). ``strict`` (a translation): raises InvalidRequest (400) naming the field
+    for a part the chat format cannot carry, or a function call's name or arguments that
+    are not strings; else (a view of the request: :func:`chat_view`) such a part is kept as
+    it came."""
     out: list[dict[str, Any]] = []
     if body.get("instructions"):
         out.append({"role": "system", "content": body["instructions"]})
@@ -139,10 +158,14 @@ def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
             out.append({"role": role, "content": _content(item["content"],
-                                                          f"input[{i}].content")})
+                                                          f"input[{i}].content", strict)})
         elif kind == "function_call":
+            name, arguments = item.get("name", ""), item.get("arguments", "")
+            if strict:
+                a_string(name, f"input[{i}].name")
+                a_string(arguments, f"input[{i}].arguments")
             call = {"id": item["call_id"], "type": "function", "function": {
-                "name": item.get("name", ""), "arguments": item.get("arguments", "")}}
+                "name": name, "arguments": arguments}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant" and "tool_calls" in last:
                 last["tool_calls"].append(call)
@@ -160,7 +183,7 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
     """The request as an OpenAI-chat-shaped dict (``messages``; the sampling and output
     fields under their chat names) for cache keys and router features."""
     view = {k: v for k, v in body.items() if k not in ("input", "instructions")}
-    view["messages"] = input_messages(body)
+    view["messages"] = input_messages(body, strict=False)
     if "max_output_tokens" in view:
         view["max_completion_tokens"] = view.pop("max_output_tokens")
     return view

@@ -208,12 +208,15 @@ def _key_bucket(key: str | None) -> tuple[str, str]:
 
 
 async def charge_request(limiter: RateLimiter, policy: Policy, key_id: str | None,
-                         rec: RequestRecord) -> tuple[Headers, RateLimited | None]:
-    """A request outside the model endpoints (the pass-through ``/v1/*`` paths), charged to
-    its key's requests-per-minute bucket, the one the stage charges model requests to (no
-    tokens: the gateway does not read these bodies). Returns the ``x-ratelimit-*`` headers
-    and the 429 to answer with, if any. Nothing when the pipeline has no ``rate_limit``
-    stage or no limit applies."""
+                         rec: RequestRecord, *, anthropic: bool = False
+                         ) -> tuple[Headers, RateLimited | None]:
+    """A request outside the model endpoints (the pass-through ``/v1/*`` paths, and
+    ``/v1/messages/count_tokens``), charged to its key's requests-per-minute bucket, the one
+    the stage charges model requests to (no tokens: the gateway generates none for these).
+    Returns the ``x-ratelimit-*`` headers (``anthropic``: Anthropic's
+    ``anthropic-ratelimit-*`` too, as the stage sends an Anthropic client) and the 429 to
+    answer with, if any. Nothing when the pipeline has no ``rate_limit`` stage or no limit
+    applies."""
     limits = policy.rate_limits
     if not limits.active or "rate_limit" not in policy.pipeline.stages:
         return [], None
@@ -222,7 +225,7 @@ async def charge_request(limiter: RateLimiter, policy: Policy, key_id: str | Non
     plan.add(name, scope, Limits(limits.for_key(key_id).requests_per_minute, 0), 0)
     if not plan.buckets:
         return [], None
-    _, headers, refusal = await _charge(limiter, limits, plan, 0, rec)
+    _, headers, refusal = await _charge(limiter, limits, plan, 0, rec, anthropic)
     return headers, refusal
 
 

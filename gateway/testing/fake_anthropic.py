@@ -174,7 +174,7 @@ def _shape(obj: Any, path: str, spec: Spec, marks: list[str] | None = None) -> d
         wants = want if isinstance(want, tuple) else (want,)
         if (value is None and key not in spec) or object in wants:
             continue  # null is fine for an optional field
-        if isinstance(want, frozenset) and value not in want:
+        if isinstance(want, frozenset) and not (isinstance(value, str) and value in want):
             raise _bad(f"{at}: Input should be {' or '.join(map(repr, sorted(want)))}")
         if not isinstance(want, frozenset) and not any(
                 isinstance(value, (int, float) if w is float else w)
@@ -189,7 +189,7 @@ def _shape(obj: Any, path: str, spec: Spec, marks: list[str] | None = None) -> d
 def _tagged(obj: Any, path: str, table: dict[str, Spec],
             marks: list[str] | None = None) -> dict[str, Any]:
     kind = obj.get("type") if isinstance(obj, dict) else None
-    if kind not in table:
+    if not isinstance(kind, str) or kind not in table:
         raise _bad(f"{path}: Input tag {kind!r} found using 'type' does not match any of the "
                    f"expected tags: {', '.join(map(repr, table))}")
     return _shape(obj, path, {"type": str, **table[kind]}, marks)
@@ -278,9 +278,9 @@ def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) ->
     if thinking := int(headers.get("x-fake-thinking", 0)):
         content.append({"type": "thinking", "signature": f"sig_fake_{thinking}",
                         "thinking": " ".join(f"think{i}" for i in range(thinking))})
-    fmt = (data.get("output_config") or {}).get("format") or {}  # structured outputs
-    text = orjson.dumps(json_instance(fmt.get("schema"))).decode() \
-        if fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
+    fmt = (data.get("output_config") or {}).get("format")  # structured outputs
+    text = orjson.dumps(json_instance(fmt.get("schema"))).decode() if isinstance(fmt, dict) \
+        and fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
     content += [{"type": "text", "text": text}] if n else []
     custom = [t["name"] for t in data.get("tools") or () if t.get("type") in (None, "custom")]
     tool = {"type": "tool_use", "id": f"toolu_fake{uuid.uuid4().hex[:20]}", "name": custom[0],

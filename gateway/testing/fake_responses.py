@@ -85,30 +85,40 @@ def json_instance(schema: Any, root: Any = None) -> Any:
     of its type (``""``, ``0``, ``False``, ``[]`` or ``min_items`` of them, ``None``),
     ``enum``/``const`` first value, the first branch of ``anyOf``/``oneOf``, ``$ref`` into
     ``$defs``/``definitions``, ``minimum``/``minLength`` respected. Enough for the schemas
-    SDKs derive from pydantic models (``client.responses.parse``/``chat...parse``)."""
-    root = schema if root is None else root
+    SDKs derive from pydantic models (``client.responses.parse``/``chat...parse``). A schema
+    it cannot read (a fuzzed one: a string for ``properties``, a cycle of ``$ref``s, a
+    ``minLength`` of 10**30) gives None."""
+    try:
+        return _instance(schema, schema if root is None else root)
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, MemoryError,
+            RecursionError):
+        return None
+
+
+def _instance(schema: Any, root: Any) -> Any:
     if not isinstance(schema, dict):
         return None
     if "$ref" in schema:
         target: Any = root
         for part in str(schema["$ref"]).lstrip("#/").split("/"):
             target = target.get(part, {}) if isinstance(target, dict) else {}
-        return json_instance(target, root)
+        return _instance(target, root)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
         return schema["enum"][0]
     for key in ("anyOf", "oneOf", "allOf"):
         if schema.get(key):
-            return json_instance(schema[key][0], root)
+            return _instance(schema[key][0], root)
     kind = schema.get("type", "object" if "properties" in schema else None)
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
-        return {name: json_instance(sub, root)
-                for name, sub in (schema.get("properties") or {}).items()}
+        properties = schema.get("properties")
+        return {name: _instance(sub, root) for name, sub in (
+            properties.items() if isinstance(properties, dict) else ())}
     if kind == "array":
-        return [json_instance(schema.get("items"), root)] * int(schema.get("minItems", 0))
+        return [_instance(schema.get("items"), root)] * int(schema.get("minItems", 0))
     if kind == "string":
         return _FORMATS.get(schema.get("format", ""), "x" * int(schema.get("minLength", 0)))
     if kind in ("integer", "number"):
@@ -336,7 +346,8 @@ def schema_of(body: Any) -> Any:
     text = body.get("text")
     fmt = body.get("response_format") or (text.get("format") if isinstance(text, dict) else None)
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        return (fmt.get("json_schema") or fmt).get("schema", {})
+        inner = fmt.get("json_schema") or fmt
+        return inner.get("schema", {}) if isinstance(inner, dict) else None
     return None
 
 

@@ -4,7 +4,9 @@ the local engine): its Messages request becomes a Chat Completions request. Pure
     openai_request(body, model) -> the Chat Completions request (a dict)
 
 Request, Anthropic -> OpenAI (a field with no equivalent raises :class:`InvalidRequest`, 400,
-``param`` naming it, the message naming the feature; so does any field not listed here)::
+``param`` naming it, the message naming the feature; so does any field not listed here, and
+a field read here of a shape it cannot be, through :mod:`gateway.formats.checks`' readers:
+the door checks only what the gateway itself reads)::
 
     system (string | text blocks)     a first system message, blocks joined with "\\n\\n"
     messages[] role "system"          a system message in place
@@ -49,6 +51,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
+from gateway.formats.checks import a_string, an_array, an_object, invalid_type, required
 
 __all__ = ["openai_request"]
 
@@ -77,7 +80,7 @@ def openai_request(body: dict[str, Any], model: str) -> dict[str, Any]:
             continue
         raise _unsupported(f"'{key}'", key)
     thinking = body.get("thinking")
-    if thinking is not None and thinking.get("type") != "disabled":
+    if thinking is not None and an_object(thinking, "thinking").get("type") != "disabled":
         raise _unsupported("extended thinking ('thinking')", "thinking", "unsupported_value",
                            " (no portable equivalent); leave it out or send "
                            '{"type": "disabled"}')
@@ -87,7 +90,8 @@ def openai_request(body: dict[str, Any], model: str) -> dict[str, Any]:
     if body.get("inference_geo") not in (None, "global"):
         raise _unsupported("'inference_geo'", "inference_geo", "unsupported_value")
     out: dict[str, Any] = {"model": model, "messages": _messages(body)}
-    tools = [_tool(t, i) for i, t in enumerate(body.get("tools") or ())]
+    tools = [_tool(an_object(t, f"tools[{i}]"), i)
+             for i, t in enumerate(an_array(body.get("tools"), "tools"))]
     if tools:
         out["tools"] = tools
         out.update(_tool_choice(body.get("tool_choice")))
@@ -107,17 +111,18 @@ def openai_request(body: dict[str, Any], model: str) -> dict[str, Any]:
     return out
 
 
-def _output_config(config: dict[str, Any] | None) -> dict[str, Any]:
+def _output_config(config: Any) -> dict[str, Any]:
     if not config:
         return {}
-    if config.get("effort") not in (None, "high"):
+    if an_object(config, "output_config").get("effort") not in (None, "high"):
         raise _unsupported("'output_config.effort'", "output_config.effort",
                            "unsupported_value")
     fmt = config.get("format")
     if fmt is None:
         return {}
+    schema = an_object(fmt, "output_config.format").get("schema")
     return {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "output", "schema": fmt.get("schema"), "strict": True}}}
+        "name": "output", "schema": schema, "strict": True}}}
 
 
 def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
@@ -128,7 +133,7 @@ def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
     for key, value in tool.items():
         if key not in _TOOL_KEYS and value:
             raise _unsupported(f"'{key}' on a tool (tools[{i}])", f"tools[{i}].{key}")
-    function: dict[str, Any] = {"name": tool["name"]}
+    function: dict[str, Any] = {"name": a_string(tool.get("name"), f"tools[{i}].name")}
     if tool.get("description"):
         function["description"] = tool["description"]
     function["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
@@ -158,9 +163,10 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     system = body.get("system")
     if system:
         out.append({"role": "system", "content": _texts(system, "system")})
-    messages = body.get("messages") or []
+    messages = an_array(body.get("messages"), "messages")
     for i, message in enumerate(messages):
-        role, content, where = message.get("role"), message.get("content"), f"messages[{i}]"
+        where = f"messages[{i}]"
+        role, content = an_object(message, where).get("role"), message.get("content")
         if role == "system":
             out.append({"role": "system", "content": _texts(content, f"{where}.content")})
         elif role == "assistant":
@@ -184,34 +190,51 @@ def _texts(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     texts = []
-    for j, block in enumerate(content or ()):
-        if block.get("type") != "text":
-            raise _unsupported(f"'{block.get('type')}' blocks here ({where}[{j}])",
+    for j, block in enumerate(_blocks(content, where)):
+        kind = block.get("type")
+        if kind != "text":
+            raise _unsupported(f"{_shown(kind)} blocks here ({where}[{j}])",
                                f"{where}[{j}]", "unsupported_value")
-        texts.append(block["text"])
+        texts.append(a_string(block.get("text"), f"{where}[{j}].text"))
     return _JOIN.join(texts)
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
+def _shown(value: Any) -> str:
+    """A client's value as a message quotes it (its repr, at most 60 characters)."""
+    return repr(value)[:60]
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    """The content blocks of a string or an array of blocks (none for null); InvalidRequest
+    naming ``where`` (the content's path) for any other shape."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    return list(content or ())
+    if content is None:
+        return []
+    if not isinstance(content, list):
+        raise invalid_type(where, "a string or an array of content blocks", content)
+    blocks = content
+    for j, block in enumerate(blocks):
+        an_object(block, f"{where}[{j}]")
+    return blocks
 
 
 def _assistant(content: Any, where: str) -> dict[str, Any] | None:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for j, block in enumerate(_blocks(content)):
+    for j, block in enumerate(_blocks(content, f"{where}.content")):
+        at = f"{where}.content[{j}]"
         kind = block.get("type")
         if kind == "text":
-            if block["text"]:
+            if a_string(block.get("text"), f"{at}.text"):
                 texts.append(block["text"])
         elif kind == "tool_use":
-            calls.append({"id": block["id"], "type": "function", "function": {
-                "name": block["name"], "arguments": orjson.dumps(block.get("input", {})).decode()}})
+            calls.append({"id": a_string(block.get("id"), f"{at}.id"), "type": "function",
+                          "function": {"name": a_string(block.get("name"), f"{at}.name"),
+                                       "arguments": _arguments(block.get("input", {}), at)}})
         elif kind not in ("thinking", "redacted_thinking"):  # no equivalent, harmless to drop
-            raise _unsupported(f"'{kind}' blocks in assistant messages ({where}.content[{j}])",
-                               f"{where}.content[{j}]", "unsupported_value")
+            raise _unsupported(f"{_shown(kind)} blocks in assistant messages ({at})", at,
+                               "unsupported_value")
     if not texts and not calls:
         return None
     turn: dict[str, Any] = {"role": "assistant", "content": _JOIN.join(texts) if texts else None}
@@ -224,22 +247,23 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
     """The tool messages of the tool_result blocks, then a user message with the rest."""
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
-    for j, block in enumerate(_blocks(content)):
+    for j, block in enumerate(_blocks(content, f"{where}.content")):
         at = f"{where}.content[{j}]"
         kind = block.get("type")
         if kind == "tool_result":
+            call_id = a_string(block.get("tool_use_id"), f"{at}.tool_use_id")
             text = _tool_result_text(block.get("content"), at)
             if block.get("is_error"):  # OpenAI has no error flag: the model reads it instead
                 text = f"Error: {text}" if text else "Error"
-            out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind == "text":
-            parts.append({"type": "text", "text": block["text"]})
+            parts.append({"type": "text", "text": a_string(block.get("text"), f"{at}.text")})
         elif kind == "image":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block, at)}})
         elif kind == "document":
             parts.extend(_document(block, at))
         else:
-            raise _unsupported(f"'{kind}' content blocks ({at})", at, "unsupported_value")
+            raise _unsupported(f"{_shown(kind)} content blocks ({at})", at, "unsupported_value")
     if parts:
         text_only = all(p["type"] == "text" for p in parts)
         out.append({"role": "user", "content": _JOIN.join(p["text"] for p in parts)
@@ -248,35 +272,49 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _tool_result_text(content: Any, at: str) -> str:
-    if isinstance(content, str) or not content:
+    if content is None or isinstance(content, str):
         return content or ""
-    for k, block in enumerate(content):
+    blocks = _blocks(content, f"{at}.content")
+    for k, block in enumerate(blocks):
         if block.get("type") != "text":
-            raise _unsupported(f"'{block.get('type')}' blocks inside a tool_result "
+            raise _unsupported(f"{_shown(block.get('type'))} blocks inside a tool_result "
                                f"({at}.content[{k}])", f"{at}.content[{k}]", "unsupported_value")
-    return _JOIN.join(block["text"] for block in content)
+    return _JOIN.join(a_string(block.get("text"), f"{at}.content[{k}].text")
+                      for k, block in enumerate(blocks))
+
+
+def _arguments(value: Any, at: str) -> str:
+    """A tool_use block's ``input`` as a tool call's arguments: a JSON object, as text."""
+    return orjson.dumps(an_object(value, f"{at}.input")).decode()
+
+
+def _source(block: dict[str, Any], at: str) -> dict[str, Any]:
+    return an_object(required(block, "source", f"{at}.source"), f"{at}.source")
 
 
 def _image_url(block: dict[str, Any], at: str) -> str:
-    source = block.get("source") or {}
-    if source.get("type") == "base64":
-        return f"data:{source['media_type']};base64,{source['data']}"
-    if source.get("type") == "url":
-        return str(source["url"])
-    raise _unsupported(f"image sources of type '{source.get('type')}' ({at})",
-                       f"{at}.source", "unsupported_value")
+    source = _source(block, at)
+    kind = source.get("type")
+    if kind == "base64":
+        media_type = a_string(source.get("media_type"), f"{at}.source.media_type")
+        return f"data:{media_type};base64,{a_string(source.get('data'), f'{at}.source.data')}"
+    if kind == "url":
+        return a_string(source.get("url"), f"{at}.source.url")
+    raise _unsupported(f"image sources of type {_shown(kind)} ({at})", f"{at}.source",
+                       "unsupported_value")
 
 
 def _document(block: dict[str, Any], at: str) -> list[dict[str, Any]]:
-    source = block.get("source") or {}
+    source = _source(block, at)
     kind = source.get("type")
     if kind == "base64" and source.get("media_type") == "application/pdf":
-        return [{"type": "file", "file": {
-            "file_data": f"data:application/pdf;base64,{source['data']}",
-            "filename": "document.pdf"}}]
+        data = a_string(source.get("data"), f"{at}.source.data")
+        return [{"type": "file", "file": {"file_data": f"data:application/pdf;base64,{data}",
+                                          "filename": "document.pdf"}}]
     if kind == "text":
-        return [{"type": "text", "text": source["data"]}]
+        return [{"type": "text", "text": a_string(source.get("data"), f"{at}.source.data")}]
     if kind == "content":
-        return [{"type": "text", "text": _texts(source["content"], f"{at}.source.content")}]
-    raise _unsupported(f"document sources of type '{kind}' ({at})", f"{at}.source",
+        content = required(source, "content", f"{at}.source.content")
+        return [{"type": "text", "text": _texts(content, f"{at}.source.content")}]
+    raise _unsupported(f"document sources of type {_shown(kind)} ({at})", f"{at}.source",
                        "unsupported_value")

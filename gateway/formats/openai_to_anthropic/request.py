@@ -3,10 +3,12 @@ Messages request. Pure, no I/O.
 
     anthropic_request(body, model, default_max_tokens) -> the Messages request (a dict)
 
-Inputs are the validated request dicts. What has no equivalent raises
-:class:`~gateway.errors.InvalidRequest` (400, code ``unsupported_parameter`` or
-``unsupported_value``, ``param`` naming the field, the message naming the feature); a
-default value that changes nothing (``n: 1``, ``presence_penalty: 0``...) does not.
+Inputs are the request dicts as the door checked them (only what the gateway reads: the rest
+is read here, through :mod:`gateway.formats.checks`' readers, a field of the wrong shape a
+400 naming it). What has no equivalent raises :class:`~gateway.errors.InvalidRequest` (400,
+code ``unsupported_parameter`` or ``unsupported_value``, ``param`` naming the field, the
+message naming the feature); a default value that changes nothing (``n: 1``,
+``presence_penalty: 0``...) does not.
 
 Request, OpenAI -> Anthropic (any field not listed here raises too)::
 
@@ -63,6 +65,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
+from gateway.formats.checks import a_string, an_array, an_object, invalid_type, required
 from gateway.formats.translator import tool_use_id
 
 __all__ = ["anthropic_request"]
@@ -86,7 +89,8 @@ _NO_EQUIVALENT: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "presence_penalty": ("a non-zero 'presence_penalty'", lambda v: v == 0),
     "frequency_penalty": ("a non-zero 'frequency_penalty'", lambda v: v == 0),
     "audio": ("audio output ('audio')", _never),
-    "modalities": ("audio output ('modalities')", lambda v: "audio" not in v),
+    "modalities": ("audio output ('modalities')",
+                   lambda v: isinstance(v, list) and "audio" not in v),
     "prediction": ("predicted outputs ('prediction')", _never),
     "reasoning_effort": ("'reasoning_effort' (use POST /v1/messages with 'thinking')",
                          _never),
@@ -133,7 +137,7 @@ def anthropic_request(body: dict[str, Any], model: str,
     if max_tokens is None:
         max_tokens = default_max_tokens
     out: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
-    tools = [_tool(t, i) for i, t in enumerate(body.get("tools") or ())]
+    tools = [_tool(t, i) for i, t in enumerate(an_array(body.get("tools"), "tools"))]
     if tools:
         out["tools"] = tools
         choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
@@ -144,6 +148,9 @@ def anthropic_request(body: dict[str, Any], model: str,
         out["system"] = _JOIN.join(b["text"] for b in system) if plain else system
     out["messages"] = messages
     temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool)
+                                    or not isinstance(temperature, (int, float))):
+        raise invalid_type("temperature", "a number", temperature)  # a Responses client's
     if temperature is not None and temperature > 1:
         raise _unsupported("'temperature' above 1", "temperature", "unsupported_value",
                            " (Anthropic's range is 0 to 1)")
@@ -158,7 +165,7 @@ def anthropic_request(body: dict[str, Any], model: str,
     if user:
         out["metadata"] = {"user_id": user}
     fmt = body.get("response_format")
-    if fmt is not None and fmt.get("type") != "text":
+    if fmt is not None and an_object(fmt, "response_format").get("type") != "text":
         out["output_config"] = {"format": _output_format(fmt)}
     if body.get("stream") is not None:
         out["stream"] = body["stream"]
@@ -166,7 +173,7 @@ def anthropic_request(body: dict[str, Any], model: str,
 
 
 def _output_format(fmt: dict[str, Any]) -> dict[str, Any]:
-    schema = (fmt.get("json_schema") or {}).get("schema")
+    schema = an_object(fmt.get("json_schema") or {}, "response_format.json_schema").get("schema")
     if fmt.get("type") != "json_schema" or schema is None:
         raise _unsupported(f"response_format '{fmt.get('type')}' without a JSON schema",
                            "response_format", "unsupported_value",
@@ -174,15 +181,18 @@ def _output_format(fmt: dict[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "schema": schema}
 
 
-def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        raise _unsupported(f"'{tool.get('type')}' tools (tools[{i}])", f"tools[{i}].type",
+def _tool(tool: Any, i: int) -> dict[str, Any]:
+    where = f"tools[{i}]"
+    kind = an_object(tool, where).get("type")
+    if kind != "function":
+        raise _unsupported(f"{_shown(kind)} tools ({where})", f"{where}.type",
                            "unsupported_value")
-    function = tool["function"]
-    out: dict[str, Any] = {"name": function["name"]}
+    function = an_object(required(tool, "function", f"{where}.function"), f"{where}.function")
+    out: dict[str, Any] = {"name": a_string(function.get("name"), f"{where}.function.name")}
     if function.get("description"):
         out["description"] = function["description"]
-    schema = function.get("parameters") or {"properties": {}}
+    schema = an_object(function.get("parameters") or {"properties": {}},
+                       f"{where}.function.parameters")
     out["input_schema"] = schema if "type" in schema else {"type": "object", **schema}
     if function.get("strict"):
         out["strict"] = True
@@ -196,10 +206,13 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
     elif isinstance(choice, str) and choice in ("auto", "required", "none"):
         out = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
     elif isinstance(choice, dict) and choice.get("type") == "function":
-        out = {"type": "tool", "name": choice["function"]["name"]}
+        function = an_object(required(choice, "function", "tool_choice.function"),
+                             "tool_choice.function")
+        out = {"type": "tool", "name": a_string(function.get("name"),
+                                                "tool_choice.function.name")}
     else:
         kind = choice.get("type") if isinstance(choice, dict) else choice
-        raise _unsupported(f"tool_choice {kind!r}", "tool_choice", "unsupported_value")
+        raise _unsupported(f"tool_choice {_shown(kind)}", "tool_choice", "unsupported_value")
     if parallel is False and (out is None or out["type"] != "none"):
         out = {**(out or {"type": "auto"}), "disable_parallel_tool_use": True}
     return out
@@ -207,11 +220,17 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 
 # -- messages --------------------------------------------------------------------------------
 
-def _cache(part: dict[str, Any]) -> dict[str, Any]:
+def _shown(value: Any) -> str:
+    """A client's value as a message quotes it (its repr, at most 60 characters)."""
+    return repr(value)[:60]
+
+
+def _cache(part: dict[str, Any], at: str) -> dict[str, Any]:
     """``cache_control`` for a part's ``prompt_cache_breakpoint`` (both mark a prefix end)."""
     breakpoint_ = part.get("prompt_cache_breakpoint")
     if not breakpoint_:
         return {}
+    breakpoint_ = an_object(breakpoint_, f"{at}.prompt_cache_breakpoint")
     control = {"type": "ephemeral"}
     if breakpoint_.get("ttl") == "12h":  # the longest Anthropic keeps
         control["ttl"] = "1h"
@@ -223,14 +242,30 @@ def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     out = []
-    for j, part in enumerate(content or ()):
-        kind = part.get("type")
+    for j, part in enumerate(_parts(content, where)):
+        at = f"{where}.content[{j}]"
+        kind = an_object(part, at).get("type")
         if kind not in ("text", "refusal"):
-            raise _unsupported(f"'{kind}' parts here ({where}.content[{j}])",
-                               f"{where}.content[{j}]", "unsupported_value")
-        if part.get(kind):
-            out.append({"type": "text", "text": part[kind], **_cache(part)})
+            raise _unsupported(f"{_shown(kind)} parts here ({at})", at, "unsupported_value")
+        out.extend(_text_part(part, kind, at))
     return out
+
+
+def _text_part(part: dict[str, Any], kind: str, at: str) -> list[dict[str, Any]]:
+    """A text (or refusal) part as a text block; none for empty text."""
+    if not part.get(kind):
+        return []
+    return [{"type": "text", "text": a_string(part[kind], f"{at}.{kind}"), **_cache(part, at)}]
+
+
+def _parts(content: Any, where: str) -> list[Any]:
+    """A message's content parts (none for null); InvalidRequest for another shape."""
+    if content is None:
+        return []
+    if not isinstance(content, list):
+        raise invalid_type(f"{where}.content", "a string or an array of content parts",
+                           content)
+    return content
 
 
 def _messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
@@ -281,18 +316,21 @@ def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str) or content is None:
         return _text_blocks(content, where)
     out = []
-    for j, part in enumerate(content):
-        at, kind = f"{where}.content[{j}]", part.get("type")
+    for j, part in enumerate(_parts(content, where)):
+        at = f"{where}.content[{j}]"
+        kind = an_object(part, at).get("type")
         if kind == "text":
-            out.extend(_text_blocks([part], where))
+            out.extend(_text_part(part, kind, at))
         elif kind == "image_url":
-            source = _image_source(part["image_url"]["url"], at)
-            out.append({"type": "image", "source": source, **_cache(part)})
+            image = an_object(required(part, "image_url", f"{at}.image_url"), f"{at}.image_url")
+            source = _image_source(a_string(image.get("url"), f"{at}.image_url.url"), at)
+            out.append({"type": "image", "source": source, **_cache(part, at)})
         elif kind == "file":
-            source = _pdf_source(part["file"], at)
-            out.append({"type": "document", "source": source, **_cache(part)})
+            source = _pdf_source(an_object(required(part, "file", f"{at}.file"), f"{at}.file"),
+                                 at)
+            out.append({"type": "document", "source": source, **_cache(part, at)})
         else:
-            raise _unsupported(f"'{kind}' content parts ({at})", at, "unsupported_value")
+            raise _unsupported(f"{_shown(kind)} content parts ({at})", at, "unsupported_value")
     return out
 
 
@@ -310,7 +348,7 @@ def _image_source(url: str, at: str) -> dict[str, Any]:
 
 
 def _pdf_source(file: dict[str, Any], at: str) -> dict[str, Any]:
-    data = file.get("file_data") or ""
+    data = a_string(file.get("file_data") or "", f"{at}.file.file_data")
     if data.startswith("data:application/pdf;base64,"):
         data = data.partition(",")[2]
     elif not data.startswith("JVBER"):  # a PDF ("%PDF-") in base64, sent without a data: URL
@@ -327,14 +365,15 @@ def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any
                            f"{where}.function_call")
     blocks = _text_blocks(message.get("content"), where)
     if not blocks and message.get("refusal"):
-        blocks = [{"type": "text", "text": message["refusal"]}]
-    for k, call in enumerate(message.get("tool_calls") or ()):
+        blocks = [{"type": "text", "text": a_string(message["refusal"], f"{where}.refusal")}]
+    for k, call in enumerate(an_array(message.get("tool_calls"), f"{where}.tool_calls")):
         at = f"{where}.tool_calls[{k}]"
-        if call.get("type", "function") != "function":
-            raise _unsupported(f"'{call.get('type')}' tool calls ({at})", f"{at}.type",
+        kind = an_object(call, at).get("type", "function")
+        if kind != "function":
+            raise _unsupported(f"{_shown(kind)} tool calls ({at})", f"{at}.type",
                                "unsupported_value")
-        function = call["function"]
-        try:
+        function = an_object(required(call, "function", f"{at}.function"), f"{at}.function")
+        try:  # (orjson refuses what is not a string or bytes as JSON it cannot read)
             arguments = orjson.loads(function.get("arguments") or "{}")
         except orjson.JSONDecodeError:
             arguments = None
@@ -343,7 +382,8 @@ def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any
                                  f"sent to {_UPSTREAM}", param=f"{at}.function.arguments",
                                  code="invalid_value")
         blocks.append({"type": "tool_use", "id": tool_use_id(call.get("id")),
-                       "name": function["name"], "input": arguments})
+                       "name": a_string(function.get("name"), f"{at}.function.name"),
+                       "input": arguments})
     return blocks
 
 

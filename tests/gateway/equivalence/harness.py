@@ -1,9 +1,11 @@
 """The servers of the harness: a gateway per policy (real HTTP on loopback) in front of two
-recording fakes (``FakeUpstream`` for OpenAI, ``FakeAnthropic`` for Anthropic, uvicorn in
-threads). The default policy's gateway is ``gateway serve`` in a process of its own, so it
-runs beside the client and the checks instead of sharing their GIL; the every-stage one,
-which takes a deterministic embedding function, runs in a thread as ``tests/conftest.py``'s
-``make_gateway`` builds them.
+recording fakes (``FakeUpstream`` for OpenAI, chat and Responses, ``FakeAnthropic`` for
+Anthropic, uvicorn in threads): :data:`MODELS` names a model of each API and ``gpt-native``,
+whose upstream serves ``/v1/responses`` itself, so that a request can take every direction
+(:data:`tests.gateway.equivalence.runner.DIRECTIONS`). The default policy's gateway is
+``gateway serve`` in a process of its own, so it runs beside the client and the checks
+instead of sharing their GIL; the every-stage one, which takes a deterministic embedding
+function, runs in a thread as ``tests/conftest.py``'s ``make_gateway`` builds them.
 
 Policies: :data:`DEFAULT` (a file holding only ``version``) and :func:`every_stage` (every
 stage in the pipeline and on: generous rate limits, the response cache with a deterministic
@@ -43,7 +45,9 @@ UPSTREAM_KEY = "sk-ant-equivalence"
 #: public model -> (upstream, upstream model)
 MODELS = {"gpt": ("eq-openai", "gpt-upstream"), "gpt-mini": ("eq-openai", "gpt-mini-upstream"),
           "claude": ("eq-claude", "claude-upstream"),
-          "claude-haiku": ("eq-claude", "claude-haiku-upstream")}
+          "claude-haiku": ("eq-claude", "claude-haiku-upstream"),
+          # /v1/responses served by the upstream itself (the others' go through chat)
+          "gpt-native": ("eq-openai-native", "gpt-native-upstream")}
 #: router name -> its two tiers' models (same API, so nothing is translated)
 ROUTERS = {"auto-gpt": ("gpt-mini", "gpt"), "auto-claude": ("claude-haiku", "claude")}
 
@@ -96,6 +100,11 @@ requests = false
 [upstreams.eq-openai]
 type = "openai"
 base_url = "{openai_url}/v1"
+
+[upstreams.eq-openai-native]
+type = "openai"
+base_url = "{openai_url}/v1"
+native_responses = true
 
 [upstreams.eq-claude]
 type = "anthropic"

@@ -1,6 +1,8 @@
 """Sends many requests through a running gateway, concurrently, and holds what the upstream
 received for each against the contract (:func:`run`); :func:`requests_for` turns corpus
-items into requests for either API.
+items into requests for either API. :data:`DIRECTIONS`: every way a request crosses the
+gateway (a client API, the path it posts to, and a model whose upstream speaks the same API
+or another one), which the fuzz drives.
 
 Each request carries ``x-request-id: equivalence-N``, which the gateway forwards: that is
 how an upstream record is matched with its request. Requests go in batches; the recorders
@@ -24,11 +26,41 @@ from tests.gateway.equivalence.contract import check
 from tests.gateway.equivalence.corpus import Item, anthropic_body
 from tests.gateway.equivalence.harness import ROUTERS, Gateway
 
-__all__ = ["APIS", "Request", "Tally", "requests_for", "run"]
+__all__ = ["APIS", "DIRECTIONS", "Direction", "Request", "Tally", "requests_for", "run"]
 
 APIS = ("openai", "anthropic")
 MODEL = {"openai": "gpt", "anthropic": "claude"}
 ROUTER = {"openai": "auto-gpt", "anthropic": "auto-claude"}  # the keys of harness.ROUTERS
+COUNT_TOKENS = "/v1/messages/count_tokens"
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One way through the gateway: a client of ``api`` (``openai``, ``anthropic``,
+    ``responses``; ``count_tokens``: an Anthropic client counting tokens) asking ``model``
+    (:data:`harness.MODELS`), whose upstream speaks ``upstream`` (``openai`` chat,
+    ``anthropic``, ``responses`` natively; ``estimate``: nothing, the gateway counts)."""
+
+    api: str
+    model: str
+    upstream: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.api}->{self.upstream}"
+
+    @property
+    def same(self) -> bool:
+        """The upstream speaks the client's API: the contract holds for what it received."""
+        return self.api == self.upstream
+
+
+DIRECTIONS = tuple(Direction(*d) for d in (
+    ("openai", "gpt", "openai"), ("openai", "claude", "anthropic"),
+    ("anthropic", "claude", "anthropic"), ("anthropic", "gpt", "openai"),
+    ("responses", "gpt", "openai"), ("responses", "claude", "anthropic"),
+    ("responses", "gpt-native", "responses"),
+    ("count_tokens", "claude", "anthropic"), ("count_tokens", "gpt", "estimate")))
 
 
 def requests_for(items: Iterable[Item], api: str, *, routed_every: int = 0,
@@ -48,27 +80,31 @@ def requests_for(items: Iterable[Item], api: str, *, routed_every: int = 0,
 
 @dataclass
 class Request:
-    """One request to send: ``api`` (``openai`` or ``anthropic``), the client's ``body``
-    (or, fuzzed, ``raw`` bytes, ``body`` then unused), ``name`` for a failure's message,
-    extra ``headers``."""
+    """One request to send: ``api`` (``openai`` or ``anthropic``, or a fuzzed direction's:
+    ``responses``, ``count_tokens``), the client's ``body`` (or, fuzzed, ``raw`` bytes,
+    ``body`` then unused), ``name`` for a failure's message, extra ``headers``;
+    ``direction``: a fuzzed request's (None: the contract's same-API run)."""
 
     api: str
     name: str
     body: Any
     raw: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    direction: Direction | None = None
 
 
 @dataclass
 class Tally:
     """What a run saw: requests ``sent``, held against the contract (``compared``), cache
-    ``hits``, requests that ``crossed`` to the other API (a fuzzed model name), statuses,
-    what the gateway did within the contract, and the ``failures``."""
+    ``hits`` (and coalesced followers), requests that ``crossed`` to the other API (a fuzzed
+    model name), fuzzed ``translated`` ones, statuses, what the gateway did within the
+    contract, and the ``failures``."""
 
     sent: int = 0
     compared: int = 0
     hits: int = 0
     crossed: int = 0  # translated for an upstream of the other API: not this contract's
+    translated: int = 0  # a fuzzed direction's 200 without a contract, checked for its shape
     routed: int = 0  # requests for a router name
     #: 200 answers carrying each of :data:`STAGE_HEADERS`: which stages ran
     stages: Counter[str] = field(default_factory=Counter)
@@ -88,9 +124,17 @@ class Tally:
 #: Response headers that say a stage ran: rate_limit, cache, route, compress.
 STAGE_HEADERS = ("x-ratelimit-limit-requests", "x-cache", "x-route-tier",
                  "x-gateway-compression")
-PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-HEADERS = {"openai": {"content-type": "application/json"},
-           "anthropic": {"content-type": "application/json", "anthropic-version": "2023-06-01"}}
+PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages",
+         "responses": "/v1/responses", "count_tokens": COUNT_TOKENS}
+_ANTHROPIC_HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+HEADERS = {"openai": {"content-type": "application/json"}, "anthropic": _ANTHROPIC_HEADERS,
+           "responses": {"content-type": "application/json"},
+           "count_tokens": _ANTHROPIC_HEADERS}
+#: The client API whose error format each API's errors take.
+ERRORS = {"openai": "openai", "responses": "openai", "anthropic": "anthropic",
+          "count_tokens": "anthropic"}
+#: What the gateway answers when something it did not expect broke (gateway.endpoint).
+UNHANDLED = b"internal gateway error"
 
 
 def run(gw: Gateway, requests: Iterable[Request], *, fuzz: bool = False,
@@ -178,18 +222,21 @@ async def _worker(client: aiohttp.ClientSession, queue: asyncio.Queue[tuple[int,
 def _judge(gw: Gateway, request: Request, answer: Answer, found: dict[str, Any],
            tally: Tally, fuzz: bool) -> None:
     """One answer, and what each upstream API's recorder received for it (``found``)."""
-    record = found[request.api]
+    record = found.get(request.api)
     status = answer.status_code
     tally.statuses[status] += 1
-    where = f"{request.api} {request.name}"
+    where = f"{request.direction.name if request.direction else request.api} {request.name}"
     if status == 0:
         tally.failures.append(f"{where}: no answer ({answer.text})")
+        return
+    if UNHANDLED in answer.content:  # a 500, or the error event that ends a stream
+        tally.failures.append(f"{where}: status {status}, unhandled: {answer.text[-300:]}")
         return
     if status >= 500 or (status != 200 and not fuzz):
         tally.failures.append(f"{where}: status {status}: {answer.text[:300]}")
         return
     if status >= 400:
-        why = _error_format(request.api, answer)
+        why = _error_format(ERRORS[request.api], answer)
         if why is not None:
             tally.failures.append(f"{where}: status {status}, {why}")
         return
@@ -203,8 +250,15 @@ def _judge(gw: Gateway, request: Request, answer: Answer, found: dict[str, Any],
     if ended is not None:
         tally.failures.append(f"{where}: {ended}")
         return
-    if answer.headers.get("x-cache") == "hit":
-        tally.hits += 1
+    if answer.headers.get("x-cache") == "hit" or "x-gateway-coalesced" in answer.headers:
+        tally.hits += 1  # answered with another request's answer: nothing sent to compare
+        return
+    direction = request.direction
+    if direction is not None and not (direction.same and direction.api in APIS):
+        why = _translated(direction, client, answer, any(found.values()))
+        tally.translated += 1
+        if why is not None:
+            tally.failures.append(f"{where}: {why}")
         return
     if record is None and any(found.values()):  # a fuzzed model of the other API's
         tally.crossed += 1
@@ -223,6 +277,29 @@ def _judge(gw: Gateway, request: Request, answer: Answer, found: dict[str, Any],
         tally.failures.append(f"{where}: {verdict.error}")
 
 
+def _translated(direction: Direction, client: Any, answer: Answer, received: bool
+                ) -> str | None:
+    """What is wrong with a 200 that has no contract to keep (another API upstream, or
+    count_tokens), if anything: the upstream must have received the request (unless the
+    gateway counted), and the answer must be one of the client's API."""
+    counted = answer.headers.get("x-gateway-token-count") == "estimate"  # (a fuzzed model)
+    if not (received or counted):
+        return "a 200 answer, but no upstream received anything"
+    if isinstance(client, dict) and client.get("stream") is True:
+        return None  # its end event was checked
+    try:
+        body = answer.json()
+    except ValueError:
+        return f"the answer is not JSON: {answer.text[:120]!r}"
+    if not isinstance(body, dict):
+        return f"the answer is not a JSON object: {answer.text[:120]!r}"
+    ok = {"openai": lambda: isinstance(body.get("choices"), list),
+          "anthropic": lambda: body.get("type") == "message",
+          "responses": lambda: body.get("object") == "response",
+          "count_tokens": lambda: isinstance(body.get("input_tokens"), int)}[direction.api]()
+    return None if ok else f"not a {direction.api} answer: {answer.text[:160]!r}"
+
+
 def _exact(raw: bytes) -> Any:
     """``raw`` parsed with integers kept exact (None when it does not parse, or nests too
     deep for Python's parser)."""
@@ -232,14 +309,20 @@ def _exact(raw: bytes) -> Any:
         return None
 
 
+_ENDS = {"openai": (b"data: [DONE]\n\n",), "anthropic": (b"event: message_stop\n",),
+         "responses": (b"event: response.completed\n", b"event: response.incomplete\n")}
+
+
 def _stream_end(api: str, client: Any, answer: Answer) -> str | None:
-    """A streamed answer must end with its API's end event."""
-    if not (isinstance(client, dict) and client.get("stream") is True):
+    """A streamed answer must end with its API's end event (a Responses stream's last event
+    carries the whole response: searched for in the whole body)."""
+    if not (isinstance(client, dict) and client.get("stream") is True) or api not in _ENDS:
         return None
-    end = b"data: [DONE]\n\n" if api == "openai" else b"event: message_stop\n"
-    if end in answer.content[-200:]:
+    ends = _ENDS[api]
+    tail = answer.content if api == "responses" else answer.content[-200:]
+    if any(end in tail for end in ends):
         return None
-    return f"the streamed answer does not end with {end!r}: ...{answer.content[-160:]!r}"
+    return f"the streamed answer does not end with {ends[0]!r}: ...{answer.content[-160:]!r}"
 
 
 def _error_format(api: str, answer: Answer) -> str | None:
