@@ -348,6 +348,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             cycle.keep_alive = False
             return
         transport.write(answer)
+        self.linger()
+
+    def linger(self) -> None:
+        """Close once what was written is out, lingering: the write side is shut and what
+        the client still sends is read and dropped for at most :data:`LINGER_S`, so that
+        it reads the answer rather than a reset. Also for a response that ended before its
+        request's body (a 413, a 401): the rest of that body would be read as the next
+        request, so the connection is not reused."""
+        self._state = _CLOSING
+        door, transport = self.door, self.transport
+        if door is not None:
+            door.idle.pop(self, None)
         if not transport.can_write_eof():
             transport.close()
             return

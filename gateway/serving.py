@@ -165,6 +165,8 @@ class LeanCycle(RequestResponseCycle):
             self._body(message.get("body", b""), message.get("more_body", False))
         elif self.flow.write_paused or self.disconnected or self.access_log \
                 or self.scope["method"] == "HEAD":
+            if message["type"] == "http.response.start" and self.more_body:
+                self.keep_alive = False  # answered before the request's body ended
             await super().send(message)
         elif not self.response_started:
             if message["type"] != "http.response.start":
@@ -209,6 +211,8 @@ class LeanCycle(RequestResponseCycle):
             elif b"close" in [token.lower().strip() for token in value.split(b",")]:
                 self.keep_alive = False
                 has_connection_close = True
+        if self.more_body:  # answered before the request's body ended (a 413, a 401): the
+            self.keep_alive = False  # rest of it would be read as the next request
         tail = b""
         if not self.keep_alive and not has_connection_close:
             tail = b"connection: close\r\n"
@@ -235,7 +239,11 @@ class LeanCycle(RequestResponseCycle):
             self.response_complete = True
             self.message_event.set()
             if not self.keep_alive:
-                self.transport.close()
+                protocol = self.transport.get_protocol()
+                if self.more_body and isinstance(protocol, GuardedHttpToolsProtocol):
+                    protocol.linger()  # the client is still sending: let it read this
+                else:
+                    self.transport.close()
             self.on_response()
 
 

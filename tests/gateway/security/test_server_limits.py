@@ -338,3 +338,22 @@ def test_a_pipelined_head_over_the_limit_ends_the_connection_after_the_answers_b
                      b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: " + b"p" * 8192 + b"\r\n\r\n")
         data, _ = until_closed(sock)
     assert data.count(b"HTTP/1.1 ") == 1 and status(data) == 200
+
+
+def test_an_answer_before_the_body_ends_closes_the_connection_after_the_client_reads_it(serve):
+    """A 413 for a declared length past ``max_body_bytes`` goes out before the body: the
+    connection is not reused (the rest of that body would be read as the next request, and a
+    client that stopped its upload and sent its next request there would wait for ever), and
+    it closes lingering, so the client reads the 413 rather than a reset. (Found by the fuzz:
+    aiohttp reuses such a connection now and then, and its next request hung.)"""
+    gw = serve()
+    with connect(gw.server.port) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"content-type: application/json\r\ncontent-length: 2000000\r\n\r\n"
+                     + b"x" * 100_000)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"  # the next one
+                     b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                     % (len(CHAT), CHAT))
+        data, took = until_closed(sock)
+    assert status(data) == 413 and b"connection: close" in data.lower()
+    assert data.count(b"HTTP/1.1 ") == 1 and took < 3  # never an answer from inside a body
