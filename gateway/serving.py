@@ -239,8 +239,8 @@ class LeanCycle(RequestResponseCycle):
             self.response_complete = True
             self.message_event.set()
             if not self.keep_alive:
-                protocol = self.transport.get_protocol()
-                if self.more_body and isinstance(protocol, GuardedHttpToolsProtocol):
+                protocol = self.transport.get_protocol() if self.more_body else None
+                if isinstance(protocol, GuardedHttpToolsProtocol):
                     protocol.linger()  # the client is still sending: let it read this
                 else:
                     self.transport.close()
