@@ -255,8 +255,13 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                     home = work / f"{name}-config"
                     home.mkdir(exist_ok=True)
                     (home / "policy.toml").write_text(POLICY)
-                    (home / "gateway.toml").write_text(CONFIG.format(
-                        port=port, openai=fake["openai"], anthropic=fake["anthropic"]))
+                    config = CONFIG.format(port=port, openai=fake["openai"],
+                                           anthropic=fake["anthropic"])
+                    if "forward_headers" not in (source / "gateway" / "config.py").read_text():
+                        # a revision before issue 45 forwards every header and knows no key
+                        config = "\n".join(line for line in config.splitlines()
+                                           if not line.startswith("forward_headers"))
+                    (home / "gateway.toml").write_text(config)
                     await run.target(name, name, [sys.executable, "-m", "gateway.cli", "serve",
                                                   "--config", str(home / "gateway.toml")],
                                      source, port, CASES if name == "baseline" else cases,

@@ -170,17 +170,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._since = self.loop.time()
             self._feed(data)
             return
-        if state == _WAIT:  # a request's first bytes
+        cycle = self.cycle
+        first = state == _WAIT
+        if first:  # a request's first bytes
             state = self._state = _HEAD
             self._head_left = self.limits.max_header_bytes
             door = self.door
             if door is not None:
                 door.idle.pop(self, None)
-            if self.cycle is not None:  # not the first request: its head is timed from now
-                now = self._since = self.loop.time()
-                deadline = now + self.limits.header_timeout_s
-                if self._timer is None or self._timer_at > deadline:
-                    self._arm(deadline)
         if state != _HEAD:  # closing: what the client still sends is dropped
             return
         left = self._head_left - len(data)
@@ -188,11 +185,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._over(data)
             return
         self._head_left = left
-        cycle = self.cycle
-        self._feed(data)
-        if self._state == _HEAD and self.cycle is not cycle:  # the head ended, a body goes on
-            self._state = _BODY
-            self._since = self.loop.time()
+        try:  # (uvicorn's data_received, but for its keep-alive timer: ours replaces it)
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_failed(exc)
+            return
+        if self._state != _HEAD:  # the whole request came in this read (nearly always)
+            return
+        if self.cycle is not cycle:  # the head ended, a body goes on
+            self._reading_body()
+        elif first and cycle is not None:
+            # A keep-alive connection's head spans reads: it is timed from its first byte
+            # (a new connection's first head, from the connection's opening: already armed).
+            # Only then: a head that comes in one read arms nothing.
+            now = self._since = self.loop.time()
+            deadline = now + self.limits.header_timeout_s
+            if self._timer is None or self._timer_at > deadline:
+                self._arm(deadline)
 
     def _over(self, data: bytes | memoryview) -> None:
         """A read with more bytes than the head may still take: the parser gets only those;
@@ -207,23 +216,36 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._end(_TOO_LARGE)
             return
         if self._state == _HEAD:
-            self._state, self._since = _BODY, self.loop.time()
+            self._reading_body()
         self.data_received(view[allowed:])  # type: ignore[arg-type]
+
+    def _reading_body(self) -> None:
+        """A request's head ended and its body goes on past this read: at most
+        ``body_timeout_s`` until the next read."""
+        self._state = _BODY
+        now = self._since = self.loop.time()
+        deadline = now + self.limits.body_timeout_s
+        if self._timer is None or self._timer_at > deadline:
+            self._arm(deadline)
 
     def _feed(self, data: bytes | memoryview) -> None:
         """uvicorn's ``data_received``, but for its keep-alive timer (replaced by ours)."""
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_failed(exc)
+
+    def _parse_failed(self, exc: Exception) -> None:
+        """What uvicorn does when feeding its parser raised ``exc``."""
+        if isinstance(exc, httptools.HttpParserError):
             msg = "Invalid HTTP request received."
             self.logger.warning(msg)
             self.send_400_response(msg)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-                self._forget()  # the WebSocket protocol has the connection now
-            else:
-                self._unsupported_upgrade_warning()
+        elif self._should_upgrade():
+            self.handle_websocket_upgrade()
+            self._forget()  # the WebSocket protocol has the connection now
+        else:
+            self._unsupported_upgrade_warning()
 
     def on_message_complete(self) -> None:
         # uvicorn's, and the next bytes begin the next request.

@@ -357,3 +357,44 @@ def test_an_answer_before_the_body_ends_closes_the_connection_after_the_client_r
         data, took = until_closed(sock)
     assert status(data) == 413 and b"connection: close" in data.lower()
     assert data.count(b"HTTP/1.1 ") == 1 and took < 3  # never an answer from inside a body
+
+
+def test_a_stalled_body_on_a_kept_alive_connection_is_closed_after_the_body_timeout(serve):
+    """The body timeout holds for a connection's later requests too, not only its first
+    (whose wait the connection's opening armed), however long keep-alive is."""
+    gw = serve("header_timeout_s = 0.3\nbody_timeout_s = 0.3\nkeep_alive_s = 30\n")
+    with connect(gw.server.port) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                     % (len(CHAT), CHAT))
+        first = b""
+        while b"\r\n\r\n" not in first or not first.endswith(b"}"):
+            first += sock.recv(65536)
+        time.sleep(0.5)  # past the first head's deadline: the connection waits on keep-alive
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"mo")
+        data, took = until_closed(sock)
+    assert status(first) == 200 and data == b"" and 0.25 < took < 2
+
+
+def test_a_kept_alive_connections_next_head_sent_a_byte_at_a_time_gets_408(serve):
+    gw = serve("header_timeout_s = 0.3\nbody_timeout_s = 0.3\nkeep_alive_s = 30\n")
+    with connect(gw.server.port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b"}"):
+            first += sock.recv(65536)
+        time.sleep(0.5)  # past the first head's deadline: the connection waits on keep-alive
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 3:
+                sock.sendall(b"x")
+                time.sleep(0.05)
+                if answered(sock):
+                    break
+        except OSError:
+            pass
+        data, _ = until_closed(sock)
+    assert status(first) == 200 and status(data) == 408
+    assert time.monotonic() - started < 1
