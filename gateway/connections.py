@@ -271,14 +271,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
-        elif self._state == _WAIT:  # self._rest(), inline: once per request
-            now = self._since = self.loop.time()
-            door = self.door
-            if door is not None:
-                door.idle[self] = None
-            deadline = now + self.limits.keep_alive_s
-            if self._timer is None or self._timer_at > deadline:
-                self._arm(deadline)
+        elif self._state == _WAIT:
+            self._rest()
 
     def _rest(self) -> None:
         """No request in progress: idle from now (closed after ``keep_alive_s``, and first

@@ -13,7 +13,7 @@ Method, query and body go through as they are; of the client's headers, only tho
 upstream allows (gateway.http.HeaderAllow), with the upstream's key; the answer streams
 back as it arrives. A client disconnect closes the upstream request. Each request counts
 against its key's requests and tokens per minute (its body's bytes / 4, never settled:
-:func:`gateway.stages.rate_limit.charge_passthrough`). A stateful path an operator allows
+:func:`gateway.stages.rate_limit.charge_request`). A stateful path an operator allows
 (files, batches...) is checked, with gateway keys configured, by
 :class:`gateway.ownership.Ownership`: each key reaches only the objects it created.
 """
@@ -38,7 +38,7 @@ from gateway.metric_labels import PASSTHROUGH
 from gateway.ownership import MAX_ANSWER_BYTES, Ownership
 from gateway.paths import Pattern, encode_segments, segments_of
 from gateway.requestlog import RequestRecord
-from gateway.stages.rate_limit import charge_passthrough
+from gateway.stages.rate_limit import charge_request
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
 from gateway.upstreams.base import Upstream, UpstreamRequest, UpstreamResponse
@@ -97,8 +97,8 @@ class Passthrough:
             if betas is not None:
                 headers = restrict_betas(headers, betas)
             body = await read_body(receive, gw.config.server.max_body_bytes)
-            limited, refusal = await charge_passthrough(gw.rate_limiter, gw.policy,
-                                                        rec.key_id, rec, len(body) // 4)
+            limited, refusal = await charge_request(gw.rate_limiter, gw.policy, rec.key_id,
+                                                    rec, tokens=len(body) // 4)
             extra += limited
             if refusal is not None:
                 raise refusal

@@ -192,10 +192,12 @@ def make_gateway(
     servers: list[ServerThread] = []
 
     def make(extra: str = "", policy: str = DEFAULT_POLICY, watch: bool = False,
-             embed: Any = None) -> GatewayServer:
+             embed: Any = None, server: str = "") -> GatewayServer:
+        """``server``: TOML lines added to the config's ``[server]``."""
         (tmp_path / "policy.toml").write_text(policy)
         config_path = tmp_path / "gateway.toml"
-        config_path.write_text(gateway_toml(fake_server.url, extra))
+        config_path.write_text(gateway_toml(fake_server.url, extra).replace(
+            "[server]\n", "[server]\n" + server, 1))
         sink = LogSink()
         app = create_app(load_config(config_path), request_sink=sink, watch_policy=watch,
                          embed=embed)

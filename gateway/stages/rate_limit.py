@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.policy import Policy
     from gateway.requestlog import RequestRecord
 
-__all__ = ["RateLimitStage", "build", "charge_passthrough", "charge_request", "duration",
+__all__ = ["RateLimitStage", "build", "charge_request", "duration",
            "reservation", "rfc3339_after"]
 
 #: Per kind, its ``x-ratelimit-*`` header names and its ``anthropic-ratelimit-*`` ones
@@ -208,45 +208,27 @@ def _key_bucket(key: str | None) -> tuple[str, str]:
 
 
 async def charge_request(limiter: RateLimiter, policy: Policy, key_id: str | None,
-                         rec: RequestRecord, *, anthropic: bool = False
-                         ) -> tuple[Headers, RateLimited | None]:
-    """A request outside the model endpoints (the pass-through ``/v1/*`` paths, and
-    ``/v1/messages/count_tokens``), charged to its key's requests-per-minute bucket, the one
-    the stage charges model requests to (no tokens: the gateway generates none for these).
-    Returns the ``x-ratelimit-*`` headers (``anthropic``: Anthropic's
-    ``anthropic-ratelimit-*`` too, as the stage sends an Anthropic client) and the 429 to
-    answer with, if any. Nothing when the pipeline has no ``rate_limit`` stage or no limit
-    applies."""
+                         rec: RequestRecord, *, tokens: int | None = None,
+                         anthropic: bool = False) -> tuple[Headers, RateLimited | None]:
+    """A request outside the model endpoints, charged to its key's buckets, the ones the
+    stage charges model requests to: one request, and with ``tokens`` (a pass-through
+    request's body bytes / 4, as a model request's prompt is estimated) that many tokens,
+    all or nothing, never settled (no usage comes back); without (``count_tokens``, which
+    generates nothing), requests only. Returns the ``x-ratelimit-*`` headers
+    (``anthropic``: Anthropic's ``anthropic-ratelimit-*`` too, as the stage sends an
+    Anthropic client) and the 429 to answer with, if any; nothing when the pipeline has no
+    ``rate_limit`` stage or no limit applies."""
     limits = policy.rate_limits
     if not limits.active or "rate_limit" not in policy.pipeline.stages:
         return [], None
     plan = _Plan()
     name, scope = _key_bucket(key_id)
-    plan.add(name, scope, Limits(limits.for_key(key_id).requests_per_minute, 0), 0)
+    own = limits.for_key(key_id)
+    plan.add(name, scope, own if tokens is not None else Limits(own.requests_per_minute, 0),
+             tokens or 0)
     if not plan.buckets:
         return [], None
-    _, headers, refusal = await _charge(limiter, limits, plan, 0, rec, anthropic)
-    return headers, refusal
-
-
-async def charge_passthrough(limiter: RateLimiter, policy: Policy, key_id: str | None,
-                             rec: RequestRecord, tokens: int
-                             ) -> tuple[Headers, RateLimited | None]:
-    """A pass-through request (gateway.passthrough), charged to its key's buckets, the ones
-    the stage charges model requests to: one request and ``tokens`` (its body's bytes / 4,
-    as a model request's prompt is estimated), all or nothing; never settled (no usage
-    comes back to settle to). Returns the ``x-ratelimit-*`` headers and the 429 to answer
-    with, if any; nothing when the pipeline has no ``rate_limit`` stage or no limit
-    applies."""
-    limits = policy.rate_limits
-    if not limits.active or "rate_limit" not in policy.pipeline.stages:
-        return [], None
-    plan = _Plan()
-    name, scope = _key_bucket(key_id)
-    plan.add(name, scope, limits.for_key(key_id), tokens)
-    if not plan.buckets:
-        return [], None
-    _, headers, refusal = await _charge(limiter, limits, plan, tokens, rec)
+    _, headers, refusal = await _charge(limiter, limits, plan, tokens or 0, rec, anthropic)
     return headers, refusal
 
 

@@ -21,16 +21,12 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
-from gateway.config import load_config
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.server import ServerThread
 from gateway.upstreams.ports import free_port
 from tests.conftest import (
     DEFAULT_POLICY,
     FakeServer,
     GatewayServer,
-    LogSink,
     gateway_toml,
     wait_until_ready,
 )
@@ -43,24 +39,12 @@ CHAT = orjson.dumps({"model": "fake-model", "messages": [{"role": "user", "conte
 
 
 @pytest.fixture
-def serve(tmp_path: Path, fake_server: FakeServer) -> Iterator[Callable[..., GatewayServer]]:
+def serve(make_gateway: Callable[..., GatewayServer]) -> Callable[..., GatewayServer]:
     """A gateway in a thread whose ``[server]`` also holds ``limits`` (TOML lines)."""
-    servers: list[ServerThread] = []
-
     def make(limits: str = SHORT, policy: str = DEFAULT_POLICY) -> GatewayServer:
-        (tmp_path / "policy.toml").write_text(policy)
-        text = gateway_toml(fake_server.url).replace("[server]\n", "[server]\n" + limits, 1)
-        (tmp_path / "gateway.toml").write_text(text)
-        sink = LogSink()
-        app = create_app(load_config(tmp_path / "gateway.toml"), request_sink=sink,
-                         watch_policy=False)
-        srv = ServerThread(app).start()
-        servers.append(srv)
-        return GatewayServer(srv.url, app.gateway, tmp_path / "policy.toml", sink, srv)
+        return make_gateway(policy=policy, server=limits)
 
-    yield make
-    for srv in servers:
-        srv.stop()
+    return make
 
 
 @pytest.fixture(scope="module")

@@ -10,22 +10,18 @@ from __future__ import annotations
 import hashlib
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
 from gateway.concurrency import AdmissionPolicy
-from gateway.config import load_config
 from gateway.stages.admission import ticket
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.server import ServerThread
-from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer, LogSink, gateway_toml
+from tests.conftest import DEFAULT_POLICY, GatewayServer
 
 KEYS = "".join(f"""
 [[auth.keys]]
@@ -36,24 +32,12 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
-def serve(tmp_path: Path, fake_server: FakeServer) -> Iterator[Callable[..., GatewayServer]]:
+def serve(make_gateway: Callable[..., GatewayServer]) -> Callable[..., GatewayServer]:
     """A gateway in a thread whose ``[server]`` also holds ``limits`` (TOML lines)."""
-    servers: list[ServerThread] = []
-
     def make(limits: str, policy: str = DEFAULT_POLICY, extra: str = "") -> GatewayServer:
-        (tmp_path / "policy.toml").write_text(policy)
-        text = gateway_toml(fake_server.url, extra).replace("[server]\n", "[server]\n" + limits, 1)
-        (tmp_path / "gateway.toml").write_text(text)
-        sink = LogSink()
-        app = create_app(load_config(tmp_path / "gateway.toml"), request_sink=sink,
-                         watch_policy=False)
-        srv = ServerThread(app).start()
-        servers.append(srv)
-        return GatewayServer(srv.url, app.gateway, tmp_path / "policy.toml", sink, srv)
+        return make_gateway(extra, policy, server=limits)
 
-    yield make
-    for srv in servers:
-        srv.stop()
+    return make
 
 
 def chat(gw: GatewayServer, key: str | None = None, **headers: str) -> httpx.Response:
