@@ -138,6 +138,22 @@ def send_in_background(sock: socket.socket, data: bytes) -> threading.Thread:
     return thread
 
 
+def slowloris(sock: socket.socket) -> tuple[bytes, float]:
+    """Send a head's bytes one every 50 ms, never its end, until the server answers (at
+    most 3 s): what it sent until it closed, and how long that took (s)."""
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 3:
+            sock.sendall(b"x")
+            time.sleep(0.05)
+            if answered(sock):
+                break
+    except OSError:
+        pass
+    data, _ = until_closed(sock)
+    return data, time.monotonic() - started
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -203,18 +219,8 @@ def test_a_header_sent_a_byte_at_a_time_gets_408_and_is_closed(serve):
     gw = serve()
     with connect(gw.server.port) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
-        started = time.monotonic()
-        try:  # slowloris: a byte every 50 ms, never the end of the head
-            while time.monotonic() - started < 3:
-                sock.sendall(b"x")
-                time.sleep(0.05)
-                if answered(sock):
-                    break
-        except OSError:
-            pass
-        data, _ = until_closed(sock)
-    assert status(data) == 408 and error_code(data) == "request_timeout"
-    assert time.monotonic() - started < 1
+        data, took = slowloris(sock)
+    assert status(data) == 408 and error_code(data) == "request_timeout" and took < 1
 
 
 def test_a_stalled_body_upload_is_closed_and_ends_as_a_disconnect(serve):
@@ -370,15 +376,5 @@ def test_a_kept_alive_connections_next_head_sent_a_byte_at_a_time_gets_408(serve
             first += sock.recv(65536)
         time.sleep(0.5)  # past the first head's deadline: the connection waits on keep-alive
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
-        started = time.monotonic()
-        try:
-            while time.monotonic() - started < 3:
-                sock.sendall(b"x")
-                time.sleep(0.05)
-                if answered(sock):
-                    break
-        except OSError:
-            pass
-        data, _ = until_closed(sock)
-    assert status(first) == 200 and status(data) == 408
-    assert time.monotonic() - started < 1
+        data, took = slowloris(sock)
+    assert status(first) == 200 and status(data) == 408 and took < 1
