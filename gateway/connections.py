@@ -16,9 +16,10 @@ client may hold (a descriptor, memory, an admission slot) without using it.
   to make room, as nginx reuses its keep-alive connections; the new one is refused (503)
   only when none is idle. Optionally ``max_connections_per_client`` per address.
 
-Each answer of its own (431, 408) is followed by a lingering close (nginx's): the write
-side is shut, what the client still sends is read and dropped for at most
-:data:`LINGER_S`, so that it reads the answer rather than a reset.
+Each answer of its own (431, 408), and any response that ends before its request's body,
+is followed by a lingering close (nginx's): the write side is shut, what the client still
+sends is read and dropped until it has been quiet for :data:`LINGER_S` (or, sending on, for
+at most :data:`LINGER_TOTAL_S`), so that it reads the answer rather than a reset.
 
 Cost per request: no timer of its own. Each connection has one timer, armed for the
 earliest moment its current wait could expire; when it fires it looks at what the
@@ -40,16 +41,20 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from gateway.connection_limits import ConnectionLimits
 from gateway.errors import GatewayError, HeadersTooLarge, Overloaded, RequestTimeout
 
-__all__ = ["LINGER_S", "Connections", "GuardedHttpToolsProtocol"]
+__all__ = ["LINGER_S", "LINGER_TOTAL_S", "Connections", "GuardedHttpToolsProtocol"]
 
-#: How long a connection answered 431 or 408 still reads (and drops) what its client sends
-#: before it is closed (s): nginx's lingering_timeout is 5 s.
-LINGER_S = 2.0
+#: A lingering connection (answered 431 or 408, or before its request's body ended) is
+#: closed once its client has sent nothing for this long (s; nginx's lingering_timeout)...
+LINGER_S = 5.0
+#: ... or, a client that keeps sending, aborted this long after the answer (s; nginx's
+#: lingering_time).
+LINGER_TOTAL_S = 30.0
 # What a connection waits for from its client.
 _WAIT = 0  # a request's first byte (a new connection, or one between requests)
 _HEAD = 1  # the rest of a request's head
 _BODY = 2  # the rest of a request's body
-_CLOSING = 3  # nothing: answered (431, 408) and lingering, or refused
+_CLOSING = 3  # nothing: closed, refused, or its last response under way
+_LINGER = 4  # nothing: answered, its write side shut; what comes is read and dropped
 
 
 def _answer(status: int, error: GatewayError) -> bytes:
@@ -95,6 +100,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _timer: asyncio.TimerHandle | None = None
     _timer_at = 0.0
     _send_timer: asyncio.TimerHandle | None = None
+    _linger_end = 0.0
     _counted = False  # in door.per_client
 
     # Connections
@@ -169,6 +175,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if state == _BODY:
             self._since = self.loop.time()
             self._feed(data)
+            return
+        if state == _LINGER:  # dropped: the client is still sending
+            self._since = self.loop.time()
             return
         cycle = self.cycle
         first = state == _WAIT
@@ -323,6 +332,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if not busy:  # (else the response under way closes it as it ends)
                 transport.abort()
             return
+        if state == _LINGER:
+            now = self.loop.time()
+            if transport.is_closing():
+                return
+            if now >= self._linger_end:  # still sending: its bytes are not read any more
+                transport.abort()
+            elif now >= self._since + LINGER_S:  # quiet, all it sent read: a plain close
+                transport.close()
+            else:
+                self._arm(min(self._since + LINGER_S, self._linger_end))
+            return
         if transport.is_closing() or self.parser is None or self not in self.connections:
             return  # closed, or upgraded (the WebSocket protocol's now)
         now = self.loop.time()
@@ -367,24 +387,29 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.linger()
 
     def linger(self) -> None:
-        """Close once what was written is out, lingering: the write side is shut and what
-        the client still sends is read and dropped for at most :data:`LINGER_S`, so that
-        it reads the answer rather than a reset. Also for a response that ended before its
-        request's body (a 413, a 401): the rest of that body would be read as the next
-        request, so the connection is not reused."""
-        self._state = _CLOSING
+        """Close once what was written is out, lingering (nginx's lingering close): the
+        write side is shut and what the client still sends is read and dropped, until it
+        has sent nothing for :data:`LINGER_S` (then closed) or for at most
+        :data:`LINGER_TOTAL_S` (then aborted), so that it reads the answer rather than a
+        reset. Also for a response that ended before its request's body (a 413, a 401):
+        the rest of that body would be read as the next request, so the connection is not
+        reused."""
         door, transport = self.door, self.transport
         if door is not None:
             door.idle.pop(self, None)
         if not transport.can_write_eof():
+            self._state = _CLOSING
             transport.close()
             return
+        self._state = _LINGER
         transport.write_eof()
         self.flow.resume_reading()
-        self._arm(self.loop.time() + LINGER_S)
+        now = self._since = self.loop.time()
+        self._linger_end = now + LINGER_TOTAL_S
+        self._arm(now + LINGER_S)
 
     def shutdown(self) -> None:
-        if self._state == _CLOSING:
+        if self._state in (_CLOSING, _LINGER):
             self.transport.abort()
         else:
             super().shutdown()
