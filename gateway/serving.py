@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from uvicorn.protocols.http.httptools_impl import (
@@ -49,12 +50,14 @@ class HeadCoalescingTransport(asyncio.Transport):
     ``__getattr__``: a class with one looks every attribute up through it, ~700
     instructions an access)."""
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_loop", "_transport", "on_close")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
+        #: Called once instead of closing (then it closes itself): a lingering close.
+        self.on_close: Callable[[], None] | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         held = self._held
@@ -85,6 +88,11 @@ class HeadCoalescingTransport(asyncio.Transport):
 
     def close(self) -> None:
         self.flush()
+        on_close = self.on_close
+        if on_close is not None:
+            self.on_close = None
+            on_close()
+            return
         self._transport.close()
 
     def is_closing(self) -> bool:
@@ -166,7 +174,7 @@ class LeanCycle(RequestResponseCycle):
         elif self.flow.write_paused or self.disconnected or self.access_log \
                 or self.scope["method"] == "HEAD":
             if message["type"] == "http.response.start" and self.more_body:
-                self.keep_alive = False  # answered before the request's body ended
+                self._early()
             await super().send(message)
         elif not self.response_started:
             if message["type"] != "http.response.start":
@@ -211,8 +219,8 @@ class LeanCycle(RequestResponseCycle):
             elif b"close" in [token.lower().strip() for token in value.split(b",")]:
                 self.keep_alive = False
                 has_connection_close = True
-        if self.more_body:  # answered before the request's body ended (a 413, a 401): the
-            self.keep_alive = False  # rest of it would be read as the next request
+        if self.more_body:
+            self._early()
         tail = b""
         if not self.keep_alive and not has_connection_close:
             tail = b"connection: close\r\n"
@@ -220,6 +228,18 @@ class LeanCycle(RequestResponseCycle):
             self.chunked_encoding = True
             tail += b"transfer-encoding: chunked\r\n"
         self.transport.write(head + tail + b"\r\n")
+
+    def _early(self) -> None:
+        """The response starts before its request's body ended (a 413, a 401): the
+        connection is not reused (the rest of that body would be read as the next request),
+        and its close lingers (GuardedHttpToolsProtocol.linger), so a client still sending
+        reads this answer rather than a reset."""
+        self.keep_alive = False
+        transport = self.transport
+        protocol = transport.get_protocol()
+        if isinstance(transport, HeadCoalescingTransport) \
+                and isinstance(protocol, GuardedHttpToolsProtocol):
+            transport.on_close = protocol.linger
 
     def _body(self, body: bytes, more_body: bool) -> None:
         if self.chunked_encoding:
@@ -239,11 +259,7 @@ class LeanCycle(RequestResponseCycle):
             self.response_complete = True
             self.message_event.set()
             if not self.keep_alive:
-                protocol = self.transport.get_protocol() if self.more_body else None
-                if isinstance(protocol, GuardedHttpToolsProtocol):
-                    protocol.linger()  # the client is still sending: let it read this
-                else:
-                    self.transport.close()
+                self.transport.close()
             self.on_response()
 
 

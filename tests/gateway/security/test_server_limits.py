@@ -378,3 +378,26 @@ def test_a_kept_alive_connections_next_head_sent_a_byte_at_a_time_gets_408(serve
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
         data, took = slowloris(sock)
     assert status(first) == 200 and status(data) == 408 and took < 1
+
+
+@pytest.mark.parametrize("method", [b"POST", b"HEAD"])
+def test_a_client_still_uploading_when_answered_reads_the_answer_not_a_reset(serve, method):
+    """A client sending a 2 MB body past ``max_body_bytes`` gets its answer (413; a HEAD's
+    404, which uvicorn's own send writes) and no reset while its upload goes on: the close
+    lingers until it is done."""
+    gw = serve()
+    with connect(gw.server.port) as sock:
+        sock.sendall(b"%b /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"content-type: application/json\r\ncontent-length: 2000000\r\n\r\n"
+                     % method)
+        sending = send_in_background(sock, b"x" * 2_000_000)
+        sock.settimeout(10)
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pytest.fail(f"reset after {data[:40]!r}")
+        sending.join(10)
+    assert status(data) == (413 if method == b"POST" else 404)
+    assert b"connection: close" in data.lower()
