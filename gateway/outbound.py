@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from gateway import jsonio
 from gateway.config import Target
 from gateway.context import RequestContext
+from gateway.errors import InvalidRequest
 from gateway.formats.anthropic import finish_reason_of
 from gateway.formats.bridge import Bridge, bridge
 from gateway.formats.openai import with_usage_option
@@ -96,20 +99,26 @@ class Outbound:
         crossing = bridge(self._api, up_api, ctx.kind)
         path = ctx.path
         state = ctx.upstream_state
-        if state is not None and state.upstream == target.upstream and crossing is None:
-            # the upstream keeps the conversation: the client's request, its id forwarded
-            payload = jsonio.dumps({**state.body, "model": target.model})
-        elif crossing is not None:
-            path = crossing.path
-            out = crossing.request(ctx.body, target.model, self._max_tokens)
-            payload = jsonio.dumps(out if shape is None else shape(out, up_api))
-        elif shape is not None:
-            payload = jsonio.dumps(shape({**self.body, "model": target.model}, up_api))
-        elif target.model == self.body["model"] and (not self._inject or self.raw is not ctx.raw):
-            # the client's bytes (carrying the usage option when it is injected)
-            payload = self.raw
-        else:
-            payload = jsonio.dumps({**self.body, "model": target.model})
+        try:
+            if state is not None and state.upstream == target.upstream and crossing is None:
+                # the upstream keeps the conversation: the client's request, its id forwarded
+                payload = jsonio.dumps({**state.body, "model": target.model})
+            elif crossing is not None:
+                path = crossing.path
+                out = crossing.request(ctx.body, target.model, self._max_tokens)
+                payload = jsonio.dumps(out if shape is None else shape(out, up_api))
+            elif shape is not None:
+                payload = jsonio.dumps(shape({**self.body, "model": target.model}, up_api))
+            elif target.model == self.body["model"] and (
+                    not self._inject or self.raw is not ctx.raw):
+                # the client's bytes (carrying the usage option when it is injected)
+                payload = self.raw
+            else:
+                payload = jsonio.dumps({**self.body, "model": target.model})
+        except orjson.JSONEncodeError as exc:  # the door held the client's body to 254 levels
+            raise InvalidRequest("the request is nested too deeply to be sent to this model "
+                                 "(at most 254 levels once translated or shaped)",
+                                 code="invalid_value") from exc
         built = UpstreamRequest("POST", path, payload, self.forwarded, ctx.stream,
                                 ctx.request_id)
         self._target, self._built, self._crossing = target, built, crossing

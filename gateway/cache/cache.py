@@ -40,6 +40,7 @@ from gateway.cache.backend import Backend, Entry, at_once
 from gateway.cache.bound import ErrorBound, Prior
 from gateway.cache.contract import terms, veto
 from gateway.cache.keys import (
+    Bypass,
     CacheKey,
     cache_directives,
     cache_key,
@@ -156,7 +157,7 @@ class ResponseCache:
                 return await work
         except Exception as exc:
             self._failed(op, exc)
-            raise _Bypass from exc
+            raise Bypass from exc
 
     def _failed(self, op: str, exc: Exception) -> None:
         self.stats.fail(op)
@@ -169,7 +170,7 @@ class ResponseCache:
         result = Lookup()
         try:
             await self._exact(ctx, policy, result)
-        except _Bypass:
+        except Bypass:
             result.result, result.hit, result.semantic = "bypass", None, False
         result._took()
         return result
@@ -193,7 +194,7 @@ class ResponseCache:
         backend call failed), counted and logged."""
         try:
             await self._semantic(ctx, policy, result)
-        except _Bypass:
+        except Bypass:
             result.result, result.hit = "bypass", None
         except Exception as exc:  # a bug in a lookup is a bypass, never a 500
             self.stats.fail("semantic")
@@ -343,7 +344,7 @@ class ResponseCache:
             await self._bounded("put", self.backend.put(entry, result.vector, policy.ttl_s),
                                 max(1.0, policy.lookup_timeout_ms / 1000))
             self.stats.stores += 1
-        except _Bypass:
+        except Bypass:
             pass
         if result.probe is not None and self.bound is not None:
             await self._learn(result, result.probe, answer, policy)
@@ -394,7 +395,3 @@ def _fits(result: Lookup, entry: Entry) -> bool:
         return True
     n = result.stored(entry).get("completion_tokens")
     return n is None or n <= result.max_tokens
-
-
-class _Bypass(Exception):
-    """A backend call failed or was too slow."""

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NEUTRAL_FIELDS", "CacheKey", "cache_directives", "cache_key", "ineligible_reason",
-           "namespace_of"]
+__all__ = ["NEUTRAL_FIELDS", "Bypass", "CacheKey", "cache_directives", "cache_key",
+           "ineligible_reason", "namespace_of"]
 
 #: Fields that do not change what the model answers: excluded from both keys.
 NEUTRAL_FIELDS = frozenset({
@@ -47,7 +47,7 @@ def _digest(obj: Any) -> str:
 class CacheKey:
     """``exact``: the exact-layer key. ``scope``: the semantic partition (None when the request
     can only hit exactly). ``query``: the text compared by meaning. Immutable by convention;
-    the scope's digest is made on first use."""
+    the scope's digest is made on first use (raising :class:`Bypass` if it cannot be)."""
 
     __slots__ = ("_scope", "_scope_of", "exact", "namespace", "query")
 
@@ -69,8 +69,13 @@ class CacheKey:
             system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
             history = [m for m in messages[:-1]
                        if m.get("role") not in ("system", "developer")]
-            self._scope = _digest([self.namespace, model, _digest(system), _digest(history),
-                                   shaping])
+            try:  # the fields after the list, not in it: no level deeper than the request
+                digest = hashlib.sha256(orjson.dumps(
+                    [self.namespace, model, _digest(system), _digest(history)]))
+                digest.update(orjson.dumps(shaping, option=_OPTS))
+            except orjson.JSONEncodeError as exc:
+                raise Bypass("the request is nested too deeply to be keyed") from exc
+            self._scope = digest.hexdigest()[:32]
             self._scope_of = None
         return self._scope
 
@@ -88,17 +93,29 @@ class CacheKey:
                 f"namespace={self.namespace!r})")
 
 
+class Bypass(Exception):
+    """The cache is bypassed for this request: it cannot be keyed (nested past what orjson
+    writes), or a backend call failed or was too slow."""
+
+
 def cache_key(data: dict[str, Any], namespace: str, model: str, query: str | None
               ) -> CacheKey:
     """Keys for a chat request already resolved to a public ``model``. ``query``: its text
     compared by meaning (:func:`gateway.formats.chat_text.final_user_text` of its messages),
     or None when it can only hit exactly. The request must not change while the key lives
-    (its scope is made from it on first use)."""
+    (its scope is made from it on first use). Raises :class:`Bypass`."""
     canonical = {k: v for k, v in data.items() if k not in NEUTRAL_FIELDS}
     canonical["model"] = model
-    # BLAKE2b rather than SHA-256: the same 128 bits kept, about half the instructions.
-    exact = hashlib.blake2b(orjson.dumps([namespace, canonical], option=_OPTS),
-                            digest_size=16).hexdigest()
+    # BLAKE2b rather than SHA-256: the same 128 bits kept, about half the instructions. The
+    # namespace (a JSON string: self-delimiting) hashed before the request rather than in a
+    # list with it, which would nest the request one level deeper than the door allowed
+    # (254): orjson refuses to write past that (a TypeError, found by the fuzz).
+    digest = hashlib.blake2b(orjson.dumps(namespace), digest_size=16)
+    try:
+        digest.update(orjson.dumps(canonical, option=_OPTS))
+    except orjson.JSONEncodeError as exc:  # a translated view deeper than the client's body
+        raise Bypass("the request is nested too deeply to be keyed") from exc
+    exact = digest.hexdigest()
     if query is None or not query.strip():
         return CacheKey(exact, None, None, namespace)
     key = CacheKey(exact, None, query, namespace)

@@ -9,6 +9,7 @@ direction: tests/gateway/equivalence/test_fuzz.py).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -229,3 +230,31 @@ def test_count_tokens_is_rate_limited_with_the_keys_model_requests(
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     # and the key's model requests wait as well
     assert post(gw, "/messages", {**count, "max_tokens": 8}, **ANTHROPIC).status_code == 429
+
+
+@pytest.mark.parametrize(("cache", "where"), [(False, "tool"), (True, "schema")])
+def test_a_schema_nested_to_the_doors_limit_is_never_a_500_once_translated(
+        make_gateway: Callable[..., GatewayServer], cache: bool, where: str) -> None:
+    """The door takes a body nested up to 254 levels; its translation (an Anthropic tool's
+    ``input_schema`` becomes OpenAI's ``tools[].function.parameters``, one level deeper) and
+    the cache's keys (found by ``make fuzz``, on ``output_config.format.schema``) may go past
+    what orjson writes: the cache is bypassed, and what cannot be sent is refused with a
+    400, never a 500."""
+    gw = make_gateway('[cache]\nenabled = true\nbackend = "memory"\nsemantic = false\n'
+                      if cache else "", policy=DEFAULT_POLICY + ("\n[cache]\nenabled = true\n"
+                                                                  if cache else ""))
+    statuses = set()
+    for depth in range(244, 256):
+        schema: Any = "deep"
+        for _ in range(depth):
+            schema = [schema]
+        body: dict[str, Any] = {"model": "fake-model", "max_tokens": 8, "messages": HI}
+        if where == "tool":
+            body["tools"] = [{"name": "t", "input_schema": {"type": "object", "x": schema}}]
+        else:
+            body["output_config"] = {"format": {"type": "json_schema", "schema": {"x": schema}}}
+        r = httpx.post(gw.v1 + "/messages", content=json.dumps(body), timeout=30,
+                       headers={"content-type": "application/json", **ANTHROPIC})
+        assert r.status_code < 500, r.text
+        statuses.add(r.status_code)
+    assert 400 in statuses
