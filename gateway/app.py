@@ -141,15 +141,17 @@ def create_app(
             await gw.aclose()
 
     async def models(request: Request) -> Response:
-        # Router aliases ("auto"): a client may ask for them by name.
-        names = [*gw.models.routes, *sorted(gw.runtime.pipeline.aliases)]
+        # Router aliases ("auto"): a client may ask for them by name. A pattern entry shows
+        # the ids of its `list` (a family cannot be enumerated).
+        public = gw.models.public()
+        names = [*public, *sorted(gw.runtime.pipeline.aliases)]
         if "anthropic-version" in request.headers:  # the anthropic SDK's models.list()
             return _json({"data": [{"type": "model", "id": name, "display_name": name,
                                     "created_at": "1970-01-01T00:00:00Z"} for name in names],
                           "has_more": False, "first_id": names[0] if names else None,
                           "last_id": names[-1] if names else None})
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
-                for name in gw.models.routes]
+                for name in public]
         data += [{"id": name, "object": "model", "created": 0, "owned_by": "gateway-router"}
                  for name in sorted(gw.runtime.pipeline.aliases)]
         return _json({"object": "list", "data": data})
@@ -227,7 +229,7 @@ def create_app(
     }
     # The series the dashboard and the alert rules read, at 0 before any traffic.
     gw.metrics.start_at_zero(
-        routes=hot, models=(t.model for m in gw.models.routes.values() for t in m.targets),
+        routes=hot, models=gw.models.metric_models(),
         upstreams=gw.upstreams, rate_limit_redis=gw.rate_limiter.redis is not None)
     passthrough = Passthrough(gw)
     stored = ResponseEndpoints(gw.responses, gw.auth)

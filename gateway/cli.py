@@ -26,6 +26,7 @@ from types import FrameType
 from gateway.auth import Authenticator
 from gateway.config import load_config
 from gateway.errors import ConfigError
+from gateway.model_patterns import overlap
 from gateway.models import ModelTable
 from gateway.policy import load_policy
 from gateway.routing.decision import Routers
@@ -86,16 +87,33 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config)  # templates and listed ids included
     policy = load_policy(config.policy_path)
     Authenticator(config.auth, source=config.path)  # key variables must be set
+    models = ModelTable(config)
     try:  # stages that exist, models of this config, router artifacts that load
-        check_policy(policy, ModelTable(config), Routers())
+        check_policy(policy, models, Routers())
     except ValueError as exc:
         raise ConfigError(str(config.policy_path), "", str(exc)) from exc
+    for warning in _overlaps(models):
+        print(f"warning: {args.config}: {warning}", file=sys.stderr)
     print(f"ok: {args.config}: {len(config.upstreams)} upstream(s), {len(config.models)} "
           f"model(s); policy {config.policy_path} (version {policy.version!r})")
     return 0
+
+
+def _overlaps(models: ModelTable) -> list[str]:
+    """A line per pair of patterns that can match one id: which one serves it."""
+    found = []
+    patterns = [f.pattern for f in models.families]  # in precedence order
+    for i, first in enumerate(patterns):
+        for second in patterns[i + 1:]:
+            example = overlap(first, second)
+            if example is not None:
+                found.append(f"models: the patterns {first.text!r} and {second.text!r} "
+                             f"overlap (both match e.g. {example!r}): {first.text!r} serves "
+                             "such ids (more literal characters, or written first)")
+    return found
 
 
 def _engine(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Literal
 from gateway.connection_limits import ConnectionSettings
 from gateway.errors import ConfigError
 from gateway.http import HeaderAllow
+from gateway.model_config import ModelConfig, Target, check_models
 from gateway.paths import DEFAULT_PASSTHROUGH, Pattern
 from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
@@ -262,24 +263,6 @@ class UpstreamConfig:
 
 
 @dataclass(frozen=True)
-class Target:
-    upstream: str
-    model: str
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """A public model name: ordered fallback ``targets`` and extra names (``aliases``)."""
-
-    targets: tuple[Target, ...]
-    aliases: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.targets:
-            raise ValueError("targets must name at least one upstream")
-
-
-@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     #: One JSON line per request on stdout.
@@ -328,8 +311,9 @@ class Config:
 def load_config(path: str | Path) -> Config:
     """Load and validate a gateway config file.
 
-    Raises ConfigError naming the file and key for unknown keys, bad values, models that name
-    missing upstreams, and aliases that collide with model names or each other.
+    Raises ConfigError naming the file and key for unknown keys, bad values, and what
+    :func:`gateway.model_config.check_models` refuses (models that name missing upstreams,
+    names used twice, bad patterns and templates).
     """
     path = str(path)
     data = load_toml(path)
@@ -350,24 +334,5 @@ def load_config(path: str | Path) -> Config:
         path=path,
         root=str(Path(path).resolve().parent),
     )
-    _check_references(config, path)
+    check_models(config.models, config.upstreams, path)
     return config
-
-
-def _check_references(config: Config, path: str) -> None:
-    names: dict[str, str] = {}
-    for name, model in config.models.items():
-        for i, target in enumerate(model.targets):
-            if target.upstream not in config.upstreams:
-                allowed = ", ".join(sorted(config.upstreams)) or "(none defined)"
-                raise ConfigError(
-                    path,
-                    f"models.{name}.targets[{i}].upstream",
-                    f"unknown upstream {target.upstream!r}; defined upstreams: {allowed}",
-                )
-        for public in (name, *model.aliases):
-            if public in names:
-                raise ConfigError(
-                    path, f"models.{name}", f"name {public!r} already used by {names[public]!r}"
-                )
-            names[public] = name

@@ -52,7 +52,7 @@ from gateway.formats.translator import Translator
 from gateway.guard import Guard
 from gateway.hedge import HedgeBudget, race
 from gateway.http import forward_response_headers, retry_after_ms
-from gateway.models import model_not_found
+from gateway.models import model_key, model_not_found
 from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
 from gateway.retry_budget import RetryBudget
@@ -304,10 +304,12 @@ class Dispatch:
         targets: Sequence[Target] = route.targets
         balance = ctx.policy.balance
         build: Callable[[Target], UpstreamRequest] = bodies.request
-        if balance.models:
-            targets, build = arrange(balance, route.name, targets, dispatcher.guards,
-                                     dispatcher.affinity, ctx.body, build)
-        hedge_ms = balance.hedge_after_ms.get(route.name) if balance.hedge_after_ms else None
+        if balance.models:  # (a family's own entry, else its pattern's: model_key)
+            targets, build = arrange(balance, model_key(route.name, route, balance.models),
+                                     targets, dispatcher.guards, dispatcher.affinity,
+                                     ctx.body, build)
+        hedge = balance.hedge_after_ms
+        hedge_ms = hedge.get(model_key(route.name, route, hedge)) if hedge else None
         early = bodies.early(targets) if ctx.accepted is not None else None
         if hedge_ms is not None and len(targets) > 1:
             target, opened = await self._hedged(targets, bodies, ctx, hedge_ms / 1000, early)

@@ -98,7 +98,9 @@ class ModelEndpoint:
             rec.model_requested, rec.stream = model, bool(body.get("stream"))
             route = gw.models.routes.get(model)
             if route is None and model not in runtime.pipeline.aliases:
-                raise model_not_found(model)
+                route = gw.models.family(model)  # a family by pattern (gateway.models)
+                if route is None:
+                    raise model_not_found(model)
             name = model if route is None else route.name
             ctx = RequestContext(self.kind, self.path, raw, body, headers, first, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
@@ -155,6 +157,9 @@ def _fill(rec: RequestRecord, ctx: RequestContext) -> None:
         rec.upstream = ctx.upstream
     if ctx.model_served is not None:
         rec.model_served = ctx.model_served
+        route = ctx.route
+        if route is not None and route.pattern is not None:  # never the client's id
+            rec.model_label = route.metric_label(ctx.model_served)
     if ctx.upstream_started is not None:
         rec.upstream_started, rec.upstream_ended = ctx.upstream_started, ctx.upstream_ended
     if ctx.queue_ms:

@@ -13,9 +13,9 @@ and :mod:`gateway.metric_labels`), so that a panel or a ``rate()`` alert reads 0
 
 Every label value comes from a bounded set, whatever the traffic (issue 45: a label per
 raw path let unauthenticated requests grow /metrics without bound): routes are the model
-endpoints', ``passthrough`` or ``unknown``; an upstream's error type a known one or
-``other``; a 401 only counts in gateway_refused_requests_total (see
-:mod:`gateway.metric_labels`).
+endpoints', ``passthrough`` or ``unknown``; models the config's (a family by pattern under
+its pattern's name) or ``other``; an upstream's error type a known one or ``other``; a 401
+only counts in gateway_refused_requests_total (see :mod:`gateway.metric_labels`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from gateway.metric_labels import (
     COMPRESSION_OUTCOMES,
     ERROR_TYPES,
     LATE_HIT_OUTCOMES,
+    OTHER,
     PASSTHROUGH,
     RATE_LIMIT_RESULTS,
     RATE_LIMIT_STORES_LOCAL,
@@ -256,17 +257,16 @@ class Metrics:
                                registry=self.registry)
         for reason in REFUSED_REASONS:
             self.refused.labels(reason)
-        #: The route labels (start_at_zero adds the model endpoints'); anything else counts
-        #: as ``unknown``.
-        self._routes = {PASSTHROUGH}
+        #: Route and model labels (start_at_zero adds): others count as unknown, other.
+        self._routes, self._models = {PASSTHROUGH}, {"none"}
         self._shed = BoundedLabel(SHED_REASONS)
 
     def start_at_zero(self, *, routes: Iterable[str], models: Iterable[str],
                       upstreams: Iterable[str], rate_limit_redis: bool) -> None:
         """Start the per-request series at 0 for the label values known before any traffic
         (see the module docstring): ``routes``, the model endpoints' routes (e.g.
-        ``/v1/chat/completions``); ``models``, the served (upstream) model names of the
-        configured models' targets; ``upstreams``, the upstream names;
+        ``/v1/chat/completions``); ``models``, every model label (ModelTable.metric_models;
+        any other counts as ``other``); ``upstreams``, the upstream names;
         ``rate_limit_redis``, whether a Redis decides rate limits. Calling it again adds.
 
         Counters (one series per label set) get the known values' cross product: route x
@@ -280,6 +280,7 @@ class Metrics:
         c = self.collector
         routes, models = list(dict.fromkeys(routes)), list(dict.fromkeys(models))
         self._routes.update(routes)
+        self._models.update(models)
         for route in routes:
             c.duration.get(route, "none")
             c.overhead.get(route)
@@ -321,11 +322,11 @@ class Metrics:
         """Export each upstream's admission and breaker state (read at scrape time)."""
         self.registry.register(_GuardCollector(dispatcher))
 
-
     def observe(self, rec: RequestRecord) -> None:
         """Count one finished request (called once per request, on the event-loop thread)."""
         c = self.collector
-        key = (rec.route, rec.model_served or "none", rec.status, rec.upstream or "none")
+        model = rec.model_label or rec.model_served or "none"
+        key = (rec.route, model, rec.status, rec.upstream or "none")
         s = self._series.get(key)
         if s is None:
             s = self._new_series(key)
@@ -364,15 +365,15 @@ class Metrics:
             c.rate_limit[k4] = c.rate_limit.get(k4, 0) + 1
 
     def _new_series(self, key: tuple[str, str, int, str]) -> _Series | None:
-        """The series of a label set first seen, its values bounded: the route one of the
-        known ones (else ``unknown``), the status an HTTP status (else 0). Only bounded
-        keys are kept, so a request of a new label set costs a lookup more, not a series.
-        None for a 401: the refused counter holds it."""
+        """The series of a label set first seen, bounded: a known route (else ``unknown``)
+        and model (else ``other``), an HTTP status (else 0). Only bounded keys are kept: a
+        new label set costs a lookup more, not a series. None for a 401 (counted apart)."""
         route, model, status, upstream = key
         if status == 401:
             self.refused.labels("unauthenticated").inc()
             return None
-        bounded = (route if route in self._routes else UNKNOWN, model,
+        bounded = (route if route in self._routes else UNKNOWN,
+                   model if model in self._models else OTHER,
                    status if 100 <= status <= 599 else 0, upstream)
         s = self._series.get(bounded)
         if s is None:
@@ -385,7 +386,8 @@ class Metrics:
         self.refused.labels(reason).inc()
 
     def _compression(self, rec: RequestRecord) -> None:
-        c, model = self.collector, rec.model_served or "none"
+        model = rec.model_label or rec.model_served or "none"
+        c, model = self.collector, model if model in self._models else OTHER
         key = (model, rec.compress_skip or "compressed")
         c.compression[key] = c.compression.get(key, 0) + 1
         if rec.compress_ms is not None:

@@ -145,14 +145,18 @@ class RequestRecord:
 
     The record's own dict is the log line: a copy of the defaults (:data:`FIELDS`, in order)
     made at the start, each field set in its place; the internal timers (``started``, the
-    upstream's start and end, arrival as a POSIX time) are slots, outside it. The class-level
-    values below are the defaults (and the fields' types).
+    upstream's start and end, arrival as a POSIX time) and the metric label are slots,
+    outside it. The class-level values below are the defaults (and the fields' types).
     """
 
-    __slots__ = ("__dict__", "_arrived", "started", "upstream_ended", "upstream_started")
+    __slots__ = ("__dict__", "_arrived", "model_label", "started", "upstream_ended",
+                 "upstream_started")
 
     upstream_started: float | None
     upstream_ended: float | None
+    #: Not logged: the ``model`` metric label when it is not ``model_served`` (an id a
+    #: pattern entry resolved counts under the pattern's name: gateway.models).
+    model_label: str | None
     key_id: str | None = None
     model_requested: str | None = None
     model_served: str | None = None
@@ -205,7 +209,7 @@ class RequestRecord:
     def __init__(self, request_id: str, route: str, stream: bool = False):
         self.__dict__ = _DEFAULTS.copy()
         self.started = time.perf_counter()
-        self.upstream_started = self.upstream_ended = None
+        self.upstream_started = self.upstream_ended = self.model_label = None
         self.request_id = request_id
         self._arrived = time.time()
         self.route = route

@@ -52,10 +52,12 @@ __all__ = ["Gateway", "Runtime", "build_cache", "build_response_records", "build
 def check_policy(policy: Policy, models: ModelTable, routers: Routers) -> None:
     """What a policy names must exist on this gateway: its stages (the stage table), the
     models its tiers and rate limits name, the routers' artifacts. Raises ValueError naming
-    the key; run on every policy loaded (start-up, live reload) and by ``gateway check``."""
+    the key; run on every policy loaded (start-up, live reload) and by ``gateway check``.
+    A model may be named exactly, by a pattern as written, or by an id a pattern matches."""
     check_stages(policy.pipeline.stages)
-    routers.check(policy.routing, models.routes.keys())
-    policy.rate_limits.check_models({*models.routes, *policy.routing.routers})
+    routers.check(policy.routing, models.known(), models.routes.keys(),
+                  models.known(patterns=False))
+    policy.rate_limits.check_models(models.known(policy.routing.routers))
 
 
 def build_cache(config: CacheConfig, embed: Embed | None,

@@ -51,6 +51,7 @@ from gateway.cache.policy_verifier import PairVerifier
 from gateway.context import RequestContext
 from gateway.embedding import Embed
 from gateway.formats.answer import Answer
+from gateway.models import model_key
 from gateway.policy import CachePolicy, OperatingPoint
 from gateway.requestlog import RequestRecord
 
@@ -247,7 +248,7 @@ class ResponseCache:
             log.warning("cache_verify_failed", error=type(exc).__name__)
             return
         result.group = ctx.model
-        point = policy.point(ctx.model)
+        point = policy.point(model_key(ctx.model, ctx.route, policy.routes))
         hit = (self._within_bound(result, policy, point.similarity)
                if policy.max_error_rate > 0 else self.choose(result, point))
         if hit is not None:

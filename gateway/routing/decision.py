@@ -71,16 +71,21 @@ class Routers:
             self._thresholds = {k: v for k, v in self._thresholds.items() if k[0] != artifact}
         return router
 
-    def check(self, policy: RoutingPolicy, models: Collection[str]) -> None:
-        """Raises ValueError when the policy names unknown models, shadows a model with a
-        router name, or points at an artifact that does not load."""
+    def check(self, policy: RoutingPolicy, models: Collection[str],
+              exact: Collection[str] | None = None,
+              servable: Collection[str] | None = None) -> None:
+        """Raises ValueError when the policy names unknown models (a tier's not in
+        ``servable``, an opt-in not in ``models``; both by default ``models``), shadows a
+        model with a router name (one of ``exact``, by default ``models``: a router's name
+        wins over a pattern, never over an exact name), or points at an artifact that does
+        not load."""
         for tier, names in policy.tiers.items():
             for name in names:
-                if name not in models:
+                if name not in (models if servable is None else servable):
                     raise ValueError(f"routing.tiers.{tier}: the model '{name}' is not "
                                      "configured on this gateway")
         for name, router in policy.routers.items():
-            if name in models:
+            if name in (models if exact is None else exact):
                 raise ValueError(f"routing.routers.{name}: a configured model has that name; "
                                  "opt it in with `models = [...]` instead")
             for model in router.models:

@@ -36,6 +36,7 @@ from gateway.context import Next, Outcome, Reply, RequestContext, Ticket
 from gateway.entry_limits import EntryLimits, ModelLimiters
 from gateway.errors import InvalidRequest
 from gateway.metrics import Metrics
+from gateway.models import model_key
 
 if TYPE_CHECKING:
     from gateway.models import ModelTable
@@ -149,7 +150,8 @@ class AdmissionStage:
                           ctx.policy.degraded.min_retry_after_s)
         slot = None
         try:
-            limiter = self.model_limiters.get(ctx.target, policy)
+            limiter = self.model_limiters.get(  # a family's own, or its pattern's
+                model_key(ctx.target, ctx.route, policy.model_max_concurrency), policy)
             if limiter is not None and ctx.ticket is not None:
                 tenant = ctx.ticket.tenant
                 slot = limiter.try_acquire(ctx.ticket.long, None, ctx.ticket.priority == "low",
@@ -194,7 +196,7 @@ class AdmissionStage:
                         return await self._admit(ctx, call_next)
                     except Shed as exc:
                         shed = exc
-            reroute = self.models.routes.get(policy.reroute_model or "") \
+            reroute = self.models.get(policy.reroute_model or "") \
                 if action == "reroute" else None
             if reroute is not None and reroute is not ctx.route:
                 assert policy.reroute_model is not None

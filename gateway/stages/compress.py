@@ -54,9 +54,9 @@ from gateway.compression.state import CompressionState
 from gateway.compression.tokens import CountTokens, estimate
 from gateway.context import Next, Outcome, Reply, RequestContext
 from gateway.errors import InvalidRequest
+from gateway.models import ModelRoute, model_key
 
 if TYPE_CHECKING:
-    from gateway.models import ModelRoute
     from gateway.upstreams.base import Upstream
 
 __all__ = ["HEADER", "CompressStage", "build", "requested_ratio"]
@@ -109,7 +109,7 @@ class CompressStage:
         body, raw = ctx.body, ctx.raw
         route = ctx.route
         first = route.targets[0] if route is not None and route.targets else None
-        model = ctx.target
+        model = model_key(ctx.target, route, policy.prefill_ms_per_token)  # bounded state
         # This request's last compression: its achieved ratio and the compressor's time (ms).
         achieved: float | None = None
         took: float | None = None
@@ -177,9 +177,10 @@ class CompressStage:
             score, rec.compress_fine = (None, "degraded") if degraded else self._scorer(ctx)
         compressor = self._rate(policy, score is not None)
         if not forced and policy.gate == "net_positive":
-            rate = policy.prefill_ms_per_token.get(ctx.target)
+            model = model_key(ctx.target, ctx.route, policy.prefill_ms_per_token)
+            rate = policy.prefill_ms_per_token.get(model)
             if rate is None:
-                rate = self.state.prefill(ctx.target).ms_per_token
+                rate = self.state.prefill(model).ms_per_token
             decision = decide(size, ratio, rate, compressor.ms_per_1k,
                               margin_ms=policy.margin_ms, cost_weight=policy.cost_weight)
             if not decision.compress and score is not None:  # does coarse alone pay?

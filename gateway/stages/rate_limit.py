@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.context import Headers, Next, Outcome, Reply, RequestContext
 from gateway.errors import RateLimited
+from gateway.models import model_key
 from gateway.ratelimit.gcra import Bucket, Verdict
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.policy import KeyLimits, Limits, RateLimitPolicy
@@ -255,15 +256,19 @@ class RateLimitStage:
         self.policy = policy
         self.limiter = limiter
         #: (key id, model) -> its plan with no tokens (made on first use; the stage lives as
-        #: long as its policy snapshot, and models are the configured ones).
+        #: long as its policy snapshot, and models are the configured ones: an id a pattern
+        #: resolved is its pattern unless the limits name it, gateway.models.model_key).
         self._plans: dict[tuple[str | None, str], _Plan] = {}
 
     def plan(self, ctx: RequestContext) -> tuple[_Plan, int]:
         """The request's buckets (none when no limit applies) and its token reservation."""
         tokens = reservation(ctx.body, ctx.raw, self.policy.default_completion_tokens)
-        shape = self._plans.get((ctx.key_id, ctx.model))
+        model, route = ctx.model, ctx.route
+        if route is not None and route.pattern is not None:
+            model = model_key(model, route, self.policy.for_key(ctx.key_id).models)
+        shape = self._plans.get((ctx.key_id, model))
         if shape is None:
-            shape = self._plans[ctx.key_id, ctx.model] = self._shape(ctx.key_id, ctx.model)
+            shape = self._plans[ctx.key_id, model] = self._shape(ctx.key_id, model)
         return shape.with_tokens(tokens), tokens
 
     def _shape(self, key_id: str | None, model: str) -> _Plan:

@@ -41,13 +41,17 @@ def build(routing: RoutingPolicy, routers: Routers, models: ModelTable) -> Route
 class RouteStage:
     def __init__(self, routers: Routers, routing: RoutingPolicy, models: ModelTable) -> None:
         self.routers = routers
-        self.routes = models.routes
+        self.models = models
         #: The router aliases clients may send as ``model``.
         self.aliases = frozenset(routing.routers) if routing.enabled else frozenset()
 
     async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
         routing = ctx.policy.routing
         routed = routing.router_for(ctx.model) if ctx.kind == "chat" else None
+        route = ctx.route
+        if routed is None and route is not None and route.pattern is not None \
+                and ctx.kind == "chat":  # a family opted in by its pattern
+            routed = routing.router_for(route.pattern)
         if routed is None:
             return await call_next(ctx)
         decision = await self._decide(ctx, *routed)
@@ -56,7 +60,7 @@ class RouteStage:
             if tier != decision.tier and fallback != tier:
                 fallback = ctx.record.route_fallback = tier
                 ctx.response_headers.append((b"x-route-fallback", tier.encode()))
-            ctx.target, ctx.route = model, self.routes.get(model)
+            ctx.target, ctx.route = model, self.models.get(model)
             ctx.fallbacks_left = last - i
             try:
                 reply = await call_next(ctx)
