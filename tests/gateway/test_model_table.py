@@ -4,6 +4,7 @@ resolved, and `gateway check`'s warning about overlapping patterns."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,17 @@ targets = [{ upstream = "claude" }]
 targets = [{ upstream = "up" }]
 """))]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_example_configs_families_load_once_uncommented(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "gateway.example.toml").read_text()
+    block = text[text.index("# Families by pattern"):]
+    lines = [line[2:] for line in block.splitlines()
+             if re.match(r"# (\[|\w+ = )", line)]
+    config = text.replace('"policies/default.toml"', '"policy.toml"') + "\n".join(lines)
+    table = ModelTable(load_config(write(tmp_path, config)))
+    assert served(table, "claude-haiku-4-5") == ("claude-*", [("anthropic", "claude-haiku-4-5")])
+    assert served(table, "anthropic/claude-opus-4-1") == (
+        "anthropic/*", [("anthropic", "claude-opus-4-1")])
+    assert served(table, "gpt-5.1-codex") == ("gpt-5*", [("openai", "gpt-5.1-codex")])
