@@ -71,6 +71,9 @@ def model_key(name: str, route: ModelRoute | None, listed: Container[str] = ()) 
     return route.pattern
 
 
+_UNSEEN = ModelRoute("", ())  # the memo's "not resolved yet"
+
+
 @dataclass(frozen=True, slots=True)
 class _Family:
     pattern: ModelPattern
@@ -128,8 +131,9 @@ class ModelTable:
         are not looked at: :meth:`get` does; an id holding a ``*`` is no id). Memoized, up
         to :data:`MEMO_ROUTES` ids."""
         memo = self._memo
-        if name in memo:
-            return memo[name]
+        found = memo.get(name, _UNSEEN)  # (one lookup: a policy check may clear it)
+        if found is not _UNSEEN:
+            return found
         route = None
         for family in self.families if "*" not in name else ():  # "claude-*" is no id
             groups = family.pattern.match(name)
