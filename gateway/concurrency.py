@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import random
 import time
 
@@ -71,9 +72,10 @@ class Shed(Exception):
         clients that all waited the same second would come back as one burst (jitter as in
         AWS's "Exponential Backoff and Jitter", 2015)."""
         after_s = max(min_retry_after_s, self.retry_after_s)
+        whole_ms = math.ceil(after_s) * 1000  # what Retry-After says, in ms
         return Overloaded(f"the gateway is overloaded ({self.reason}); retry later",
                           reason=self.reason, retry_after_s=after_s,
-                          retry_after_ms=after_s * 1000 * (1 + random.random()))
+                          retry_after_ms=whole_ms * (1 + random.random()))
 
 
 class Slot:

@@ -170,7 +170,7 @@ class Overloaded(GatewayError):
         headers = {"Retry-After": str(max(0, math.ceil(retry_after_s))),
                    "x-gateway-degraded": reason}
         if retry_after_ms is not None:
-            headers["retry-after-ms"] = str(max(1, round(retry_after_ms)))
+            headers["retry-after-ms"] = str(max(1, math.floor(retry_after_ms)))
         super().__init__(message, headers=headers)
         self.reason = reason
 
