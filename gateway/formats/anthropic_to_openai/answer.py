@@ -16,12 +16,13 @@ https://platform.openai.com/docs/guides/error-codes
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.formats.anthropic import error_type_of, stop_reason_of
+from gateway.formats.anthropic import SYSTEM_ROLE_REFUSED, error_type_of, stop_reason_of
 from gateway.formats.ids import random_hex
 from gateway.formats.translator import tool_use_id
 
@@ -100,15 +101,31 @@ def _error_message(obj: Any) -> str | None:
     return None
 
 
+#: An upstream's 400 saying it takes no system message where one sits: vLLM and SGLang answer
+#: with the chat template's own words (Qwen3's "System message must be at the beginning.",
+#: Mistral's "... with the exception of an initial optional system message!").
+_SYSTEM_PLACEMENT = re.compile(
+    r"system (message|prompt)s? (must|should|can only) (be|appear|come)"
+    r"( at the (beginning|start)| first)"
+    r"|initial (optional )?system message"
+    r"|role\W{0,3}system\W{0,3}(is )?not (supported|allowed)", re.IGNORECASE)
+
+
 def anthropic_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     """``(status, error)`` on the Anthropic surface for an OpenAI-compatible upstream's error
     answer (its parsed body; None when it is not JSON): ``{"type": "error", "error":
     {"type", "message"}}``, the message kept, the type
     by status. 503 becomes 529 ``overloaded_error`` (what Anthropic clients expect when
     capacity runs out); other statuses are kept. A body with no message gets
-    ``"upstream error (HTTP <status>)"``."""
+    ``"upstream error (HTTP <status>)"``. A 400 refusing a system message where it sits (a
+    mid-conversation one, in place) begins with Anthropic's own words for it
+    (:data:`~gateway.formats.anthropic.SYSTEM_ROLE_REFUSED`), the upstream's after them:
+    a client that recovers by folding such messages into its user turns (Claude Code) then
+    does."""
     message = _error_message(body) or f"upstream error (HTTP {status})"
     if status == 503:
         status = 529
+    elif status == 400 and _SYSTEM_PLACEMENT.search(message):
+        message = f"{SYSTEM_ROLE_REFUSED} The upstream said: {message}"
     return status, {"type": "error", "error": {"type": error_type_of(status),
                                                "message": message}}
