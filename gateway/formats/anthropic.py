@@ -192,8 +192,9 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
 def chat_view(body: dict[str, Any]) -> dict[str, Any]:
     """The request as the gateway's cache keys and router features read it: a shallow copy
     of ``body`` without ``system``, whose ``messages`` start with ``{"role": "system",
-    "content": <system>}`` when a system prompt is given. Message dicts are shared, not
-    copied (Anthropic text blocks already look like OpenAI text parts)."""
+    "content": <system>}`` when a system prompt is given (a system-role message later in
+    ``messages`` stays where it is, as an OpenAI system message would). Message dicts are
+    shared, not copied (Anthropic text blocks already look like OpenAI text parts)."""
     view = dict(body)
     system = view.pop("system", None)
     messages = body.get("messages") or []

@@ -114,20 +114,21 @@ def test_claude_codes_request_is_answered_through_every_default_stage(
     body = claude_code()
     newer = ("thinking", "output_config", "context_management")  # past this SDK's types
     kwargs: Any = {**{k: v for k, v in body.items() if k not in newer}, "max_tokens": 8000,
-                   "extra_body": {k: body[k] for k in newer},
-                   "extra_headers": {"anthropic-beta": BETAS}}
+                   "extra_body": {k: body[k] for k in newer}, "betas": BETAS.split(",")}
+    # As Claude Code calls it: the SDK's beta namespace (POST /v1/messages?beta=true)
     with anthropic.Anthropic(base_url=gw.url, api_key="sk-client", max_retries=0) as client:
         if stream:
-            with client.messages.stream(**kwargs) as events:
+            with client.beta.messages.stream(**kwargs) as events:
                 message = events.get_final_message()
         else:
-            message = client.messages.create(**kwargs)
+            message = client.beta.messages.create(**kwargs)
     assert message.stop_reason == "end_turn" and message.content[0].type == "text"
     seen = claude_server[0].records[-1].json
     assert seen["messages"][-1] == {"role": "system",
                                     "content": "Plan mode is on: do not edit files yet."}
     assert seen["context_management"] == body["context_management"]
     assert seen["thinking"] == {"type": "adaptive"}
+    assert claude_server[0].records[-1].headers["anthropic-beta"].endswith(BETAS)
     assert gw.logged()[0]["status"] == 200
 
 
@@ -154,3 +155,19 @@ def test_claude_codes_request_to_an_openai_model_keeps_the_system_message_in_pla
     # how much to think and how to trim the context have no OpenAI equivalent: dropped
     assert not {"thinking", "context_management", "output_config"} & set(sent)
     assert sent["model"] == "gpt-upstream" and sent["tools"][0]["function"]["name"] == "Bash"
+
+
+def test_claude_codes_count_tokens_goes_to_anthropic_as_it_came_and_is_estimated_elsewhere(
+        gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str]):
+    gw = gateway()
+    body = {k: v for k, v in claude_code().items() if k not in ("max_tokens", "metadata")}
+    raw = orjson.dumps(body)
+    counted = httpx.post(gw.url + "/v1/messages/count_tokens", content=raw, headers=HEADERS)
+    assert counted.status_code == 200, counted.text
+    seen = claude_server[0].records[-1]
+    assert seen.body == raw.replace(b'"model":"claude"', b'"model":"claude-upstream"')
+    assert seen.headers["anthropic-beta"] == "configured-beta-2025-01-01," + BETAS
+    estimated = httpx.post(gw.url + "/v1/messages/count_tokens", headers=HEADERS,
+                           content=orjson.dumps({**body, "model": "claude-on-gpt"}))
+    assert estimated.status_code == 200 and estimated.json()["input_tokens"] > 20
+    assert estimated.headers["x-gateway-token-count"] == "estimate"

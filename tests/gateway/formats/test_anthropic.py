@@ -46,6 +46,7 @@ from gateway.formats.anthropic import (
     parse_request,
     usage_to_openai,
 )
+from gateway.formats.chat_text import final_user_text, last_user_text
 from llm_wire.sse import EventReader
 from tests.gateway.formats.translation import parsed
 
@@ -198,6 +199,13 @@ def test_chat_view_puts_the_system_prompt_first_and_shares_the_messages(system, 
     assert view["messages"][-1] is request["messages"][0]
     assert request == (body(temperature=0.2) if system is None
                        else body(temperature=0.2, system=system))  # left untouched
+
+
+def test_chat_view_keeps_a_mid_conversation_system_message_in_place():
+    view = chat_view(body(system="be brief", messages=MID_SYSTEM))
+    assert view["messages"] == [{"role": "system", "content": "be brief"}, *MID_SYSTEM]
+    assert final_user_text(view["messages"]) is None  # the last turn is no user's: exact only
+    assert last_user_text(view["messages"]) == "hi"  # what the router reads
 
 
 # --- errors ----------------------------------------------------------------------------------
