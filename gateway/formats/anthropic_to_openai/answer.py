@@ -111,21 +111,60 @@ _SYSTEM_PLACEMENT = re.compile(
     r"|role\W{0,3}system\W{0,3}(is )?not (supported|allowed)", re.IGNORECASE)
 
 
+#: A context overflow in the words of OpenAI-compatible servers (OpenAI and older vLLM; newer
+#: vLLM; SGLang; the local engine): the prompt's tokens, ``max_tokens`` when it counted, the
+#: model's context length.
+_OVERFLOWS = tuple(re.compile(pattern) for pattern in (
+    (r"maximum context length is (?P<limit>\d+) tokens\. However, you requested \d+ tokens "
+     r"\((?P<input>\d+) in the messages, (?P<max>\d+) in the completion\)"),
+    (r"maximum context length is (?P<limit>\d+) tokens\. However, your (request has|messages "
+     r"resulted in) (?P<input>\d+) (input )?tokens"),
+    (r"is too large: (?P<max>\d+)\. This model's maximum context length is (?P<limit>\d+) "
+     r"tokens and your request has (?P<input>\d+) input tokens"),
+    (r"maximum context length of (?P<limit>\d+) tokens\. You requested a total of \d+ tokens: "
+     r"(?P<input>\d+) tokens from the input messages and (?P<max>\d+) tokens for the "
+     r"completion"),
+    r"the prompt has (?P<input>\d+) tokens; this model's context length is (?P<limit>\d+)",
+))
+
+
+def _in_anthropics_words(message: str) -> str | None:
+    """Anthropic's words for what an upstream's 400 says, when a client acts on them: a
+    system message refused where it sits; a context overflow, as Anthropic reports it
+    ("prompt is too long: N tokens > L maximum", or, when ``max_tokens`` is what overflows,
+    "input length and `max_tokens` exceed context limit: N + M > L, ..."), which Claude Code
+    reads to compact the conversation or lower ``max_tokens`` and retry. None: keep the
+    upstream's."""
+    if _SYSTEM_PLACEMENT.search(message):
+        return SYSTEM_ROLE_REFUSED
+    for pattern in _OVERFLOWS:
+        found = pattern.search(message)
+        if found is None:
+            continue
+        tokens, limit = int(found["input"]), int(found["limit"])
+        budget = found.groupdict().get("max")
+        if budget is None or tokens >= limit:
+            return f"prompt is too long: {tokens} tokens > {limit} maximum"
+        return (f"input length and `max_tokens` exceed context limit: {tokens} + {budget} > "
+                f"{limit}, decrease input length or `max_tokens` and try again")
+    return None
+
+
 def anthropic_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     """``(status, error)`` on the Anthropic surface for an OpenAI-compatible upstream's error
     answer (its parsed body; None when it is not JSON): ``{"type": "error", "error":
     {"type", "message"}}``, the message kept, the type
     by status. 503 becomes 529 ``overloaded_error`` (what Anthropic clients expect when
     capacity runs out); other statuses are kept. A body with no message gets
-    ``"upstream error (HTTP <status>)"``. A 400 refusing a system message where it sits (a
-    mid-conversation one, in place) begins with Anthropic's own words for it
-    (:data:`~gateway.formats.anthropic.SYSTEM_ROLE_REFUSED`), the upstream's after them:
-    a client that recovers by folding such messages into its user turns (Claude Code) then
-    does."""
+    ``"upstream error (HTTP <status>)"``. A 400 that a client recovers from on Anthropic's
+    words (a system message refused where it sits, in place: Claude Code folds such
+    messages into its user turns; a context overflow: it compacts, or lowers
+    ``max_tokens``) begins with those words (:func:`_in_anthropics_words`), the upstream's
+    after them."""
     message = _error_message(body) or f"upstream error (HTTP {status})"
     if status == 503:
         status = 529
-    elif status == 400 and _SYSTEM_PLACEMENT.search(message):
-        message = f"{SYSTEM_ROLE_REFUSED} The upstream said: {message}"
+    elif status == 400 and (words := _in_anthropics_words(message)) is not None:
+        message = f"{words} (the upstream said: {message})"
     return status, {"type": "error", "error": {"type": error_type_of(status),
                                                "message": message}}

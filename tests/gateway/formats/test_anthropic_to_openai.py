@@ -19,7 +19,11 @@ from anthropic.types.shared.error_response import ErrorResponse
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.formats.anthropic_to_openai import openai_request
 from gateway.formats.openai_to_anthropic import anthropic_request
-from tests.gateway.formats.claude_code import folds_system_messages
+from tests.gateway.formats.claude_code import (
+    folds_system_messages,
+    lowers_max_tokens,
+    prompt_too_long,
+)
 from tests.gateway.formats.translation import (
     AN_TOOL,
     EPHEMERAL,
@@ -367,8 +371,46 @@ def test_an_upstream_refusing_a_system_message_where_it_sits_is_refused_in_anthr
         message = orjson.loads(raw)["error"]["message"]
         assert message.startswith('messages: Unexpected role "system". The Messages API '
                                   "accepts a top-level `system` parameter")
-        assert message.endswith(said)  # the upstream's own words kept
+        assert said in message  # the upstream's own words kept
         assert folds_system_messages(status, raw)  # Claude Code folds them and retries
+
+
+#: Context overflows in OpenAI-compatible servers' words.
+OPENAI_OVERFLOW = ("This model's maximum context length is 32768 tokens. However, you requested "
+                   "40000 tokens (8000 in the messages, 32000 in the completion). Please "
+                   "reduce the length of the messages or completion.")
+OPENAI_PROMPT = ("This model's maximum context length is 8192 tokens. However, you requested "
+                 "12000 tokens (10000 in the messages, 2000 in the completion).")
+OPENAI_OLD = ("This model's maximum context length is 128000 tokens. However, your messages "
+              "resulted in 130000 tokens. Please reduce the length of the messages.")
+VLLM_MAX = ("'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's "
+            "maximum context length is 32768 tokens and your request has 1200 input tokens "
+            "(32000 > 32768 - 1200). None")
+VLLM_PROMPT = ("This model's maximum context length is 32768 tokens. However, your request "
+               "has 40000 input tokens. Please reduce the length of the input messages.")
+SGLANG = ("Requested token count exceeds the model's maximum context length of 32768 tokens. "
+          "You requested a total of 33000 tokens: 1000 tokens from the input messages and "
+          "32000 tokens for the completion. Please reduce the number of tokens in the input "
+          "messages or the completion to fit within the limit.")
+LOCAL = "the prompt has 9000 tokens; this model's context length is 8192"
+
+
+@pytest.mark.parametrize(("said", "too_long", "lower"), [
+    (OPENAI_OVERFLOW, None, (8000, 32000, 32768)),  # OpenAI, and vLLM before 0.6
+    (OPENAI_PROMPT, (10000, 8192), None),
+    (OPENAI_OLD, (130000, 128000), None),
+    (VLLM_MAX, None, (1200, 32000, 32768)),
+    (VLLM_PROMPT, (40000, 32768), None),
+    (SGLANG, None, (1000, 32000, 32768)),
+    (LOCAL, (9000, 8192), None),
+])
+def test_a_context_overflow_is_told_in_anthropics_words_for_the_clients_recovery(
+        said, too_long, lower):
+    """Claude Code compacts on "prompt is too long: N tokens > L maximum" and lowers
+    max_tokens on "input length and `max_tokens` exceed context limit: N + M > L"."""
+    status, raw = anthropic_error(400, openai_error_body(said))
+    assert said in orjson.loads(raw)["error"]["message"]
+    assert (prompt_too_long(status, raw), lowers_max_tokens(status, raw)) == (too_long, lower)
 
 
 @pytest.mark.parametrize(("status", "said"), [
