@@ -171,3 +171,13 @@ def test_claude_codes_count_tokens_goes_to_anthropic_as_it_came_and_is_estimated
                            content=orjson.dumps({**body, "model": "claude-on-gpt"}))
     assert estimated.status_code == 200 and estimated.json()["input_tokens"] > 20
     assert estimated.headers["x-gateway-token-count"] == "estimate"
+
+
+def test_a_translated_upstream_error_is_logged_with_the_type_the_client_read(
+        gateway: Callable[..., GatewayServer], fake: FakeUpstream):
+    gw = gateway()
+    reply = post(gw, claude_code("claude-on-gpt"), **{"x-fake-status": "400"})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    [line] = gw.logged(1)
+    assert (line["status"], line["error_type"]) == (400, "invalid_request_error")
