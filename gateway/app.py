@@ -33,11 +33,10 @@ from gateway.errors import (
     GatewayError,
     InvalidJSON,
     InvalidRequest,
+    MethodNotAllowed,
     NotFound,
     PermissionDenied,
-    error_body,
 )
-from gateway.formats import anthropic
 from gateway.formats.apis import ANTHROPIC, RESPONSES
 from gateway.http import send_error
 from gateway.metrics_endpoint import MetricsApp, MetricsListener, metrics_token
@@ -47,6 +46,7 @@ from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.response_store.endpoints import ResponseEndpoints
 from gateway.state import Gateway
 from gateway.types import ASGIApp, Receive, Scope, Send
+from gateway.unserved import ROOT_BODY, refused
 from gateway.upstreams.base import Upstream
 
 __all__ = ["GatewayApp", "create_app"]
@@ -157,22 +157,30 @@ def create_app(
         return _json({"object": "list", "data": data})
 
     async def messages_other(request: Request) -> Response:
-        gw.metrics.refuse("not_found")
-        err = NotFound(f"{request.method} {request.url.path[:256]} is not supported by this "
-                       "gateway (it serves /v1/messages and /v1/messages/count_tokens)")
-        return Response(anthropic.error_body(err), 404, media_type="application/json")
+        return refused(gw, request, NotFound(
+            f"{request.method} {request.url.path[:256]} is not supported by this gateway "
+            "(it serves /v1/messages and /v1/messages/count_tokens)"), "not_found")
 
     async def responses_other(request: Request) -> Response:
-        gw.metrics.refuse("not_found")  # the gateway's own: never passed through
-        err = NotFound(f"{request.method} {request.url.path[:256]} is not supported by this "
-                       "gateway")
-        return Response(err.body(), 404, media_type="application/json")
+        return refused(gw, request, NotFound(  # the gateway's own: never passed through
+            f"{request.method} {request.url.path[:256]} is not supported by this gateway"),
+            "not_found")
 
     async def http_error(request: Request, exc: Exception) -> Response:
+        # An unknown path or method, in the caller's API (gateway.unserved), logged.
         assert isinstance(exc, HTTPException)
-        if exc.status_code in (404, 405):
-            gw.metrics.refuse("not_found" if exc.status_code == 404 else "method_not_allowed")
-        return await _http_error(request, exc)
+        if exc.status_code == 404:
+            return refused(gw, request, NotFound(
+                f"no route for {request.method} {request.url.path[:256]}"), "not_found")
+        if exc.status_code == 405:
+            return refused(gw, request, MethodNotAllowed(
+                f"{request.method} is not allowed on {request.url.path[:256]}",
+                headers=dict(exc.headers or {})), "method_not_allowed")
+        return Response(str(exc.detail), exc.status_code, headers=exc.headers)
+
+    async def root(request: Request) -> Response:
+        # Clients probe the base URL (Claude Code sends HEAD to it): the gateway is there.
+        return Response(ROOT_BODY, media_type="application/json")
 
     async def healthz(request: Request) -> Response:
         return _json({"status": "ok"})
@@ -235,6 +243,8 @@ def create_app(
     stored = ResponseEndpoints(gw.responses, gw.auth)
     every = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     routes = [Route(path, handler, methods=["POST"]) for path, handler in hot.items()] + [
+        Route("/", root, methods=["GET", "HEAD"]),
+        Route("/v1", root, methods=["GET", "HEAD"]),
         Route("/v1/models", _authenticated(gw, models), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -328,13 +338,3 @@ def _authenticated(gw: Gateway, endpoint: Callable[[Request], Awaitable[Response
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(obj), status, media_type="application/json")
 
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        err = NotFound(f"no route for {request.method} {request.url.path[:256]}")
-        return Response(err.body(), 404, media_type="application/json")
-    body = error_body(str(exc.detail), "invalid_request_error", "method_not_allowed"
-                      if exc.status_code == 405 else None)
-    return Response(body, exc.status_code, media_type="application/json",
-                    headers=exc.headers)

@@ -1,6 +1,8 @@
 """``POST /v1/messages/count_tokens``: Anthropic's token counting, through the gateway.
 
-For a model with an Anthropic upstream among its targets, the request goes to the first one
+Any model a ``/v1/messages`` request may name counts: a configured one (exact, or by
+pattern: the model table's lookup) or a router alias (the models of its tiers, strong tier
+first). When its targets include an Anthropic upstream, the request goes to the first one
 that is enabled (its ``model`` rewritten, the rest byte for byte) and its answer comes back
 as it is. For any other model (an OpenAI-compatible one, the local engine), the gateway
 counts itself, with the o200k_base BPE (bpe-openai, loaded once on a worker thread) over
@@ -31,8 +33,9 @@ from typing import Any
 import orjson
 import structlog
 
+from gateway.config import Target
 from gateway.endpoint import request_id_of
-from gateway.errors import GatewayError, NoUpstreamAvailable
+from gateway.errors import GatewayError, ModelNotFound, NoUpstreamAvailable
 from gateway.formats import anthropic
 from gateway.formats.checks import invalid_type, load_request, missing
 from gateway.http import (
@@ -104,7 +107,7 @@ class CountTokensEndpoint:
     async def _error(send: Send, rec: RequestRecord, exc: GatewayError,
                      extra: list[tuple[bytes, bytes]]) -> None:
         rec.status, rec.error_type, rec.error_code = (anthropic.error_status(exc),
-                                                      exc.type, exc.code)
+                                                      anthropic.error_type(exc), exc.code)
         headers = [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
         await send_bytes(send, rec.status, anthropic.error_body(exc),
                          [_JSON, *extra, *headers])
@@ -112,8 +115,8 @@ class CountTokensEndpoint:
     async def _count(self, raw: bytes, body: dict[str, Any], headers: list[tuple[bytes, bytes]],
                      rec: RequestRecord) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         gw = self.gw
-        route = gw.models.resolve(body["model"])
-        for target in route.targets:
+        targets = self._targets(body["model"])
+        for target in targets:
             upstream = gw.upstreams[target.upstream]
             if upstream.api != "anthropic" or not upstream.enabled:
                 continue
@@ -124,11 +127,29 @@ class CountTokensEndpoint:
                                       forward_request_headers(headers), False, rec.request_id)
             response = await upstream.send(request)
             return response.status, forward_response_headers(response.headers), response.body
-        if not any(gw.upstreams[t.upstream].enabled for t in route.targets):
+        if not any(gw.upstreams[t.upstream].enabled for t in targets):
             raise NoUpstreamAvailable("no upstream is available for this model")
         count = await asyncio.to_thread(estimate_tokens, body)
         return 200, [_JSON, (b"x-gateway-token-count", b"estimate")], \
             orjson.dumps({"input_tokens": count})
+
+
+    def _targets(self, model: str) -> tuple[Target, ...]:
+        """The targets that count ``model``: its own (the model table's: exact, alias or
+        pattern), or a router alias's tiers' models' (strong tier first), as the endpoint
+        finds them; ModelNotFound (404) for any other name."""
+        gw = self.gw
+        try:
+            return gw.models.resolve(model).targets
+        except ModelNotFound:
+            runtime = gw.runtime
+            if model not in runtime.pipeline.aliases:
+                raise
+            routing = runtime.policy.routing
+            router = routing.routers[model]
+            return tuple(target for tier in (router.strong, router.weak)
+                         for name in routing.tiers[tier]
+                         for target in gw.models.resolve(name).targets)
 
 
 def _parse(raw: bytes) -> dict[str, Any]:

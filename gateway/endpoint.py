@@ -276,7 +276,7 @@ class _Sending:
                 kind, code = inner.get("type"), inner.get("code")
                 exc.type = kind if isinstance(kind, str) else exc.type
                 exc.code = code if isinstance(code, str) else exc.code
-                self.rec.error_type, self.rec.error_code = exc.type, exc.code
+                self.rec.error_type, self.rec.error_code = self.api.error_type(exc), exc.code
                 body = self.api.error_event(exc)
             await self.send({"type": "http.response.body", "body": body, "more_body": False})
             self.completed = True
@@ -287,7 +287,8 @@ class _Sending:
         """Answer ``exc`` in the client's format (unless the reply has started: a stream
         kept alive ends with it as an error event)."""
         rec, api = self.rec, self.api
-        rec.status, rec.error_type, rec.error_code = api.error_status(exc), exc.type, exc.code
+        rec.status, rec.error_code = api.error_status(exc), exc.code
+        rec.error_type = api.error_type(exc)  # as the client reads it
         if self.streaming:
             rec.status = 200
             await self.send({"type": "http.response.body", "body": api.error_event(exc),
@@ -304,7 +305,7 @@ class _Sending:
         if not self.started:
             await self.error(exc)
             return
-        self.rec.error_type, self.rec.error_code = exc.type, exc.code
+        self.rec.error_type, self.rec.error_code = self.api.error_type(exc), exc.code
         if self.streaming:
             await self.send({"type": "http.response.body", "body": self.api.error_event(exc),
                              "more_body": False})
@@ -356,7 +357,7 @@ class _Sending:
                 failed = observer.errored
             except UpstreamError as exc:
                 failed = True
-                rec.error_type, rec.error_code = exc.type, exc.code
+                rec.error_type, rec.error_code = self.api.error_type(exc), exc.code
                 out = observer.flush() + self.api.error_event(exc)
             finally:
                 ctx.upstream_ended = time.perf_counter()

@@ -6,6 +6,7 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
     GatewayError
      ├── InvalidRequest            400 invalid_request_error
      │    ├── InvalidJSON          400 invalid_request_error / invalid_json
+     │    ├── MethodNotAllowed     405 invalid_request_error / method_not_allowed
      │    ├── RequestTimeout       408 invalid_request_error / request_timeout
      │    ├── RequestTooLarge      413 invalid_request_error / request_too_large
      │    └── HeadersTooLarge      431 invalid_request_error / request_header_fields_too_large
@@ -38,6 +39,7 @@ __all__ = [
     "HeadersTooLarge",
     "InvalidJSON",
     "InvalidRequest",
+    "MethodNotAllowed",
     "ModelNotFound",
     "NoUpstreamAvailable",
     "NotFound",
@@ -72,6 +74,14 @@ class InvalidRequest(GatewayError):
 
 class InvalidJSON(InvalidRequest):
     code = "invalid_json"
+
+
+class MethodNotAllowed(InvalidRequest):
+    """A path the gateway serves, asked with a method it does not take (``Allow`` in
+    ``headers`` names those it does)."""
+
+    status = 405
+    code = "method_not_allowed"
 
 
 class RequestTooLarge(InvalidRequest):

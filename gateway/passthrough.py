@@ -3,16 +3,18 @@
 Only paths an upstream's allow-list names pass (``upstreams.NAME.passthrough``, patterns
 of :class:`gateway.paths.Pattern`; by default the provider's stateless endpoints,
 :data:`gateway.paths.DEFAULT_PASSTHROUGH`); the first enabled upstream, in config order,
-whose list matches serves the path; any other path is a 404 in OpenAI's format and is never
-forwarded. The path is the request's canonical one (:mod:`gateway.paths`, resolved at the
+whose list matches serves the path; any other path is a 404 (in the caller's format) and
+is never forwarded. The path is the request's canonical one (:mod:`gateway.paths`, resolved at the
 door): its segments, each percent-encoded as one segment, are joined under the upstream's
 base URL (``/v1/audio/speech`` -> ``{base_url}/audio/speech``), so no request can reach a
 path outside it; the query string goes along and cannot change the path.
 
 Method, query and body go through as they are; of the client's headers, only those the
 upstream allows (gateway.http.HeaderAllow), with the upstream's key; the answer streams
-back as it arrives. A client disconnect closes the upstream request. Each request counts
-against its key's requests and tokens per minute (its body's bytes / 4, never settled:
+back as it arrives. A client disconnect closes the upstream request. The gateway's own
+errors (401, 404, 429...) are in the caller's API (:mod:`gateway.unserved`: Anthropic's
+for a request with ``anthropic-version``). Each request counts against its key's requests
+and tokens per minute (its body's bytes / 4, never settled:
 :func:`gateway.stages.rate_limit.charge_request`). A stateful path an operator allows
 (files, batches...) is checked, with gateway keys configured, by
 :class:`gateway.ownership.Ownership`: each key reaches only the objects it created.
@@ -32,7 +34,6 @@ from gateway.http import (
     read_body,
     restrict_betas,
     send_bytes,
-    send_error,
 )
 from gateway.metric_labels import PASSTHROUGH
 from gateway.ownership import MAX_ANSWER_BYTES, Ownership
@@ -41,6 +42,7 @@ from gateway.requestlog import RequestRecord
 from gateway.stages.rate_limit import charge_request
 from gateway.state import Gateway
 from gateway.types import Receive, Scope, Send
+from gateway.unserved import anthropic_caller, error_answer, note_error
 from gateway.upstreams.base import Upstream, UpstreamRequest, UpstreamResponse
 from llm_wire.asgi import ClientDisconnected, run_until_disconnect
 
@@ -142,10 +144,14 @@ class Passthrough:
             await run_until_disconnect(receive, relay())
         except ClientDisconnected:
             rec.cancelled, rec.status = True, 499
-        except GatewayError as exc:
-            rec.status, rec.error_type, rec.error_code = exc.status, exc.type, exc.code
+        except GatewayError as exc:  # the gateway's own: in the caller's API (an Anthropic
+            caller = anthropic_caller(path, headers)  # client's, by its anthropic-version)
+            note_error(rec, exc, caller)
             if not started:
-                await send_error(send, exc, extra)
+                status, body = error_answer(exc, caller)
+                await send_bytes(send, status, body, [
+                    (b"content-type", b"application/json"), *extra,
+                    *((k.lower().encode(), v.encode()) for k, v in exc.headers.items())])
             else:  # headers are out: all we can do is cut the body short
                 raise
         finally:

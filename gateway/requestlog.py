@@ -5,7 +5,8 @@ Schema (stable; new fields are only ever added). Times are milliseconds, tokens 
 =================  =====================================================================
 request_id         taken from the client's ``x-request-id`` or made; returned in the response
 ts                 request arrival, ISO 8601 UTC
-route              the endpoint's route, e.g. ``/v1/chat/completions``, or ``passthrough``
+route              the endpoint's route, e.g. ``/v1/chat/completions``, ``passthrough``, or
+                   ``unknown`` (a path or method no route serves: gateway.unserved)
 api                the client's API: ``openai``, ``anthropic`` (``/v1/messages``) or
                    ``responses`` (``/v1/responses``)
 key_id             the gateway key's id (never the key), or null
@@ -34,7 +35,10 @@ finish_reason      from the last choice, in OpenAI's terms (Anthropic's ``stop_r
                    mapped: end_turn -> stop, max_tokens -> length, tool_use -> tool_calls)
 retries            attempts beyond the first, across fallback targets
 cancelled          the client went away before the response was complete
-error_type         OpenAI ``error.type`` when the request failed, else null
+error_type         the ``error.type`` the client was sent when the request failed, in its
+                   API's terms (Anthropic's on ``/v1/messages``: ``not_found_error``,
+                   ``overloaded_error``...; OpenAI's elsewhere), or an upstream's error
+                   event's; else null
 error_code         OpenAI ``error.code`` when the request failed, else null
 shed               degraded-mode reason (shed or rerouted), else null
 cache, route_tier, route_score   filled by pipeline stages (null when off)
@@ -75,8 +79,9 @@ coalesced          ``leader``: identical requests shared its upstream call; ``fo
                    shared another's (the ``coalesce`` stage); else null
 hedged             a hedge was sent (the first call slow to answer: ``[balance]
                    hedge_after_ms``); ``upstream`` is then the one that answered first
-path               a pass-through request's path (its ``route`` is ``passthrough``), in
-                   its canonical form (gateway.paths), at most 256 characters; else null
+path               a pass-through or unserved request's path (its ``route`` is
+                   ``passthrough`` or ``unknown``), in its canonical form (gateway.paths), at
+                   most 256 characters; else null
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.

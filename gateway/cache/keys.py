@@ -66,9 +66,11 @@ class CacheKey:
         if parts is not None:
             canonical, messages, model = parts
             shaping = {k: v for k, v in canonical.items() if k not in _SEMANTIC_FIELDS}
-            system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
-            history = [m for m in messages[:-1]
-                       if m.get("role") not in ("system", "developer")]
+            # The leading system and developer messages, then the rest in order: a system
+            # message later on (Anthropic's mid-conversation ones) stays where it was said.
+            lead = next((i for i, m in enumerate(messages[:-1])
+                         if m.get("role") not in ("system", "developer")), len(messages) - 1)
+            system, history = messages[:lead], messages[lead:-1]
             try:  # the fields after the list, not in it: no level deeper than the request
                 digest = hashlib.sha256(orjson.dumps(
                     [self.namespace, model, _digest(system), _digest(history)]))

@@ -208,9 +208,12 @@ def _role(message: Any) -> str | None:
 def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str, Path]]:
     """(owner, key, has cache_control, kind, the owner's path) of each text in a message
     (found at ``path``); kind is "text" for the user's own text, "tool" for a tool
-    result's."""
+    result's, "marker" for a ``cache_control`` marker on what is never compressed (a
+    system message in the turn, Anthropic's mid-conversation ones among them: its marker
+    still ends a prefix the client asked to cache)."""
     role = _role(message)
     if role not in ("user", "tool"):
+        yield from _markers(message, path)
         return
     kind = "tool" if role == "tool" else "text"
     field = "output" if message.get("type") == "function_call_output" else "content"
@@ -243,6 +246,18 @@ def _parts(message: Any, path: Path = ()) -> Iterator[tuple[Any, Any, bool, str,
                     yield block, "type", True, "marker", at
         elif marked:
             yield block, "type", True, "marker", at
+
+
+def _markers(message: Any, path: Path) -> Iterator[tuple[Any, Any, bool, str, Path]]:
+    """The ``cache_control`` markers of a message whose texts are not compressed."""
+    if not isinstance(message, dict):
+        return
+    if "cache_control" in message:
+        yield message, "role", True, "marker", path
+    content = message.get("content")
+    for j, block in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(block, dict) and "cache_control" in block:
+            yield block, "type", True, "marker", (*path, "content", j)
 
 
 def _last_user_text(messages: list[Any]) -> str:

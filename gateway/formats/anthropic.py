@@ -1,8 +1,8 @@
 """The Anthropic Messages wire format: requests in, answers and errors out. Pure, no I/O.
 
 Requests are parsed once and checked at the door (:func:`parse_request`): only what the
-gateway relies on; unknown fields (and ``thinking``, ``cache_control``...) pass through
-untouched, so new API fields work on day one. :func:`chat_view` shows a request as OpenAI
+gateway relies on; unknown fields (and ``thinking``, ``cache_control``, system-role messages
+inside ``messages``...) pass through untouched, so new API fields work on day one. :func:`chat_view` shows a request as OpenAI
 chat for cache keys and routing. Answers (:class:`~gateway.formats.answer.Answer`) are read
 from Messages bodies and rendered as bodies or event streams; errors take Anthropic's shape
 and statuses. Event streams are read by :class:`StreamObserver` and :class:`AnswerCollector`
@@ -39,9 +39,10 @@ from gateway.formats.ids import random_hex
 from llm_wire.sse import json_event
 
 __all__ = [
-    "AnswerCollector", "StreamObserver", "answer_from_message", "chat_view", "error_body",
-    "error_event", "error_status", "error_type", "error_type_of", "finish_reason_of",
-    "message_body", "message_events", "parse_request", "stop_reason_of", "usage_to_openai",
+    "SYSTEM_ROLE_REFUSED", "AnswerCollector", "StreamObserver", "answer_from_message",
+    "chat_view", "error_body", "error_event", "error_status", "error_type", "error_type_of",
+    "finish_reason_of", "message_body", "message_events", "parse_request", "stop_reason_of",
+    "usage_to_openai",
 ]
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -73,6 +74,13 @@ def usage_to_openai(usage: dict[str, Any]) -> dict[str, Any]:
 def parse_request(raw: bytes) -> dict[str, Any]:
     """The Messages request body as a dict, unchanged.
 
+    Checked: what the gateway reads (``model``, ``max_tokens``, ``stream``, the shape of
+    ``messages`` and ``system`` that the stages walk, the sampling and tool fields the cache
+    and the translators read), each only as far as Anthropic itself refuses it. A message's
+    role is any string: ``system`` inside ``messages`` is Anthropic's mid-conversation
+    system message, sent on as it came: where it may sit, and which model takes it, is the
+    upstream's to say (https://platform.claude.com/docs/en/build-with-claude/
+    mid-conversation-system-messages).
     Raises InvalidJSON (not JSON) or InvalidRequest (400, ``param`` naming the field, e.g.
     ``messages[2].content[0].type``; ``code`` ``missing_required_parameter``,
     ``invalid_type`` or ``invalid_value``). Optional fields set to null are left to the
@@ -90,17 +98,19 @@ def parse_request(raw: bytes) -> dict[str, Any]:
 
 
 def _check_messages(messages: Any) -> None:
+    """What the stages read: a non-empty array of objects, each with a string ``role``
+    (any: ``system`` under Anthropic's mid-conversation system messages, and a role the
+    gateway does not know is the upstream's to refuse in its own words) and a ``content``
+    that is a string or an array of objects with a string ``type``."""
     messages = message_list(messages)
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid_type(where, "an object", message)
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            hint = " (a system prompt goes in the top-level 'system')" if role == "system" else ""
-            raise missing(f"{where}.role") if role is None else invalid_value(
-                f"{where}.role", f"'{where}.role' must be \"user\" or \"assistant\", got "
-                                 f"{shown(role)}{hint}")
+        if not isinstance(role, str):
+            raise missing(f"{where}.role") if role is None else invalid_type(
+                f"{where}.role", "a string", role)
         content = message.get("content")
         if isinstance(content, list):
             for j, block in enumerate(content):
@@ -182,8 +192,9 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
 def chat_view(body: dict[str, Any]) -> dict[str, Any]:
     """The request as the gateway's cache keys and router features read it: a shallow copy
     of ``body`` without ``system``, whose ``messages`` start with ``{"role": "system",
-    "content": <system>}`` when a system prompt is given. Message dicts are shared, not
-    copied (Anthropic text blocks already look like OpenAI text parts)."""
+    "content": <system>}`` when a system prompt is given (a system-role message later in
+    ``messages`` stays where it is, as an OpenAI system message would). Message dicts are
+    shared, not copied (Anthropic text blocks already look like OpenAI text parts)."""
     view = dict(body)
     system = view.pop("system", None)
     messages = body.get("messages") or []
@@ -300,6 +311,14 @@ def _event(kind: str, **fields: Any) -> bytes:
 
 
 # -- errors ----------------------------------------------------------------------------------
+
+#: Anthropic's own words (a 400 ``invalid_request_error``) for a system-role message inside
+#: ``messages`` that cannot be taken. Clients recover on them: Claude Code, sending
+#: mid-conversation system messages (its ``mid-conversation-system-2026-04-07`` beta),
+#: retries once with them folded into its user turns when a 400 says "Unexpected role" and
+#: "input message role", or "not supported" and "role 'system'" (Claude Code 2.1.197).
+SYSTEM_ROLE_REFUSED = ('messages: Unexpected role "system". The Messages API accepts a '
+                       'top-level `system` parameter, not "system" as an input message role.')
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                 402: "billing_error", 403: "permission_error", 404: "not_found_error",

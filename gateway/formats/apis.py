@@ -54,8 +54,9 @@ class Collector(Protocol):
 @dataclass(frozen=True, slots=True)
 class ApiFormat:
     """One client-facing API. ``parse_request(raw, kind)``: the body checked at the door
-    (raises InvalidRequest); ``error_status``/``error_body``/``error_event``: a
-    GatewayError in this API's shape; ``observer(hide_usage_chunk)``: a stream observer;
+    (raises InvalidRequest); ``error_status``/``error_type``/``error_body``/``error_event``:
+    a GatewayError in this API's shape (``error_type``: the ``error.type`` its client reads,
+    which the log line records); ``observer(hide_usage_chunk)``: a stream observer;
     ``answer_of(parsed_body, allow_tools)`` and ``collector()``: a cacheable Answer from a
     complete (already parsed) or streamed reply; ``answer_body(answer, id)``/``answer_events(answer, body,
     id)``: an Answer served (a cache hit); ``chat_view(body)``: the request as an
@@ -65,6 +66,7 @@ class ApiFormat:
     name: ApiName
     parse_request: Callable[[bytes, RequestKind], dict[str, Any]]
     error_status: Callable[[GatewayError], int]
+    error_type: Callable[[GatewayError], str]
     error_body: Callable[[GatewayError], bytes]
     error_event: Callable[[GatewayError], bytes]
     observer: Callable[[bool], Observer]
@@ -80,6 +82,10 @@ def _status(error: GatewayError) -> int:
     return error.status
 
 
+def _type(error: GatewayError) -> str:
+    return error.type
+
+
 def _openai_events(answer: Answer, body: dict[str, Any], id_: str) -> bytes:
     options = body.get("stream_options") or {}
     return openai.completion_events(answer, bool(options.get("include_usage")), id_)
@@ -93,6 +99,7 @@ OPENAI = ApiFormat(
     name="openai",
     parse_request=openai.parse_request,
     error_status=_status,
+    error_type=_type,
     error_body=openai.error_body,
     error_event=openai.error_event,
     observer=StreamObserver,
@@ -108,6 +115,7 @@ ANTHROPIC = ApiFormat(
     name="anthropic",
     parse_request=lambda raw, kind: anthropic.parse_request(raw),
     error_status=anthropic.error_status,
+    error_type=anthropic.error_type,
     error_body=anthropic.error_body,
     error_event=anthropic.error_event,
     observer=anthropic.StreamObserver,
@@ -123,6 +131,7 @@ RESPONSES = ApiFormat(
     name="responses",
     parse_request=lambda raw, kind: responses.parse_request(raw),
     error_status=_status,
+    error_type=_type,
     error_body=openai.error_body,
     error_event=responses_stream.error_event,
     observer=responses_stream.StreamObserver,

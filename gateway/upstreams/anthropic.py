@@ -37,7 +37,13 @@ class AnthropicUpstream(OpenAIUpstream):
     def _merge(self, client: RawHeaders, request_id: str) -> dict[str, str]:
         out = super()._merge(client, request_id)
         out.setdefault("anthropic-version", self._version)
-        if self._beta:
-            theirs = out.get("anthropic-beta")
-            out["anthropic-beta"] = f"{self._beta},{theirs}" if theirs else self._beta
+        # Every beta the client named (one header, or several: HTTP joins repeated lines
+        # with commas, RFC 9110 5.3), after the configured ones, each once.
+        betas = [self._beta, *(v.decode("latin-1") for k, v in client
+                               if k == b"anthropic-beta")]
+        features = dict.fromkeys(f for f in (p.strip() for b in betas for p in b.split(","))
+                                 if f)
+        out.pop("anthropic-beta", None)
+        if features:
+            out["anthropic-beta"] = ",".join(features)
         return out

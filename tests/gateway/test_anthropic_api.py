@@ -268,8 +268,8 @@ def test_an_openai_client_streaming_from_claude_gets_an_error_event_when_it_brea
 def test_unsupported_features_are_refused_by_name(gw, claude, fake):
     with aclient(gw) as c, pytest.raises(anthropic.BadRequestError) as err:
         c.messages.create(model="fake-model", max_tokens=8, messages=HELLO,
-                          thinking={"type": "enabled", "budget_tokens": 1024})
-    assert "thinking" in err.value.message
+                          tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    assert "server tool 'web_search_20250305'" in err.value.message
     r = httpx.post(gw.v1 + "/completions", json={"model": "claude", "prompt": "hi"})
     assert r.status_code == 400 and "Anthropic" in r.json()["error"]["message"]
     assert not claude.records and not fake.records

@@ -225,6 +225,20 @@ REJECTED: list[tuple[dict[str, Any], str]] = [
     ({"system": [{"type": "text", "text": f"part {i}", "cache_control": CACHED}
                  for i in range(5)]},
      "A maximum of 4 blocks with cache_control may be provided. Found 5."),
+    # mid-conversation system messages: placed after a user turn, then last or before an
+    # assistant turn
+    ({"messages": [{"role": "system", "content": "first"}, *HI]},
+     "messages.0: a system message cannot be the first message"),
+    ({"messages": [*HI, {"role": "assistant", "content": "ok"},
+                   {"role": "system", "content": "late"}]},
+     "messages.2: a system message must immediately follow a user message"),
+    ({"messages": [*HI, {"role": "system", "content": "a"}, {"role": "system", "content": "b"}]},
+     "messages.1: a system message must be the last message or be followed by an assistant"),
+    ({"messages": [*HI, {"role": "system", "content": "a"}, *HI]},
+     "messages.1: a system message must be the last message or be followed by an assistant"),
+    ({"messages": [*HI, {"role": "system", "content": [{"type": "image", "source": {
+        "type": "url", "url": "https://x/cat.png"}}]}]},
+     "messages.1.content.0: `image` blocks are not allowed here"),
 ]
 
 
@@ -282,6 +296,36 @@ def test_validate_request_can_be_called_directly(body: Any, message: str) -> Non
     with pytest.raises(ApiError, match=message) as info:
         validate_request(body)
     assert info.value.status == 400 and info.value.type == "invalid_request_error"
+
+
+def test_mid_conversation_system_messages_are_taken_where_anthropic_takes_them(
+        client: anthropic.Anthropic, fake: FakeAnthropic) -> None:
+    search = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+              "input": {"query": "x"}}
+    for messages in (
+            [*HI, {"role": "system", "content": "Plan mode is on."}],
+            [*HI, {"role": "system", "content": [{"type": "text", "text": "Terse.",
+                                                   "cache_control": CACHED}]},
+             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}],
+            [*HI, {"role": "assistant", "content": [search]},
+             {"role": "system", "content": "after a server tool"}]):
+        message = client.messages.create(
+            model=MODEL, max_tokens=10, messages=messages,
+            extra_body={"context_management": {"edits": []}},  # under its beta, too
+            extra_headers={"anthropic-beta": "mid-conversation-system-2026-04-07"})
+        assert message.stop_reason == "end_turn"
+    assert len(fake.records) == 3
+
+
+def test_a_model_without_system_messages_refuses_them_in_anthropics_words(
+        client: anthropic.Anthropic) -> None:
+    messages: Any = [*HI, {"role": "system", "content": "Plan mode is on."}]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model=MODEL, max_tokens=10, messages=messages,
+                               extra_headers={"x-fake-no-system-role": "1"})
+    assert "messages.1.role: role 'system' is not supported on this model" in str(info.value)
+    client.messages.create(model=MODEL, max_tokens=10, messages=HI,  # none: answered
+                           extra_headers={"x-fake-no-system-role": "1"})
 
 
 def test_count_tokens_answers_the_prompt_size(client: anthropic.Anthropic) -> None:

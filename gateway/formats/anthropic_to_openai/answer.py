@@ -16,12 +16,13 @@ https://platform.openai.com/docs/guides/error-codes
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 
 from gateway.errors import UpstreamError
-from gateway.formats.anthropic import error_type_of, stop_reason_of
+from gateway.formats.anthropic import SYSTEM_ROLE_REFUSED, error_type_of, stop_reason_of
 from gateway.formats.ids import random_hex
 from gateway.formats.translator import tool_use_id
 
@@ -100,15 +101,70 @@ def _error_message(obj: Any) -> str | None:
     return None
 
 
+#: An upstream's 400 saying it takes no system message where one sits: vLLM and SGLang answer
+#: with the chat template's own words (Qwen3's "System message must be at the beginning.",
+#: Mistral's "... with the exception of an initial optional system message!").
+_SYSTEM_PLACEMENT = re.compile(
+    r"system (message|prompt)s? (must|should|can only) (be|appear|come)"
+    r"( at the (beginning|start)| first)"
+    r"|initial (optional )?system message"
+    r"|role\W{0,3}system\W{0,3}(is )?not (supported|allowed)", re.IGNORECASE)
+
+
+#: A context overflow in the words of OpenAI-compatible servers (OpenAI and older vLLM; newer
+#: vLLM; SGLang; the local engine): the prompt's tokens, ``max_tokens`` when it counted, the
+#: model's context length.
+_OVERFLOWS = tuple(re.compile(pattern) for pattern in (
+    (r"maximum context length is (?P<limit>\d+) tokens\. However, you requested \d+ tokens "
+     r"\((?P<input>\d+) in the messages, (?P<max>\d+) in the completion\)"),
+    (r"maximum context length is (?P<limit>\d+) tokens\. However, your (request has|messages "
+     r"resulted in) (?P<input>\d+) (input )?tokens"),
+    (r"is too large: (?P<max>\d+)\. This model's maximum context length is (?P<limit>\d+) "
+     r"tokens and your request has (?P<input>\d+) input tokens"),
+    (r"maximum context length of (?P<limit>\d+) tokens\. You requested a total of \d+ tokens: "
+     r"(?P<input>\d+) tokens from the input messages and (?P<max>\d+) tokens for the "
+     r"completion"),
+    r"the prompt has (?P<input>\d+) tokens; this model's context length is (?P<limit>\d+)",
+))
+
+
+def _in_anthropics_words(message: str) -> str | None:
+    """Anthropic's words for what an upstream's 400 says, when a client acts on them: a
+    system message refused where it sits; a context overflow, as Anthropic reports it
+    ("prompt is too long: N tokens > L maximum", or, when ``max_tokens`` is what overflows,
+    "input length and `max_tokens` exceed context limit: N + M > L, ..."), which Claude Code
+    reads to compact the conversation or lower ``max_tokens`` and retry. None: keep the
+    upstream's."""
+    if _SYSTEM_PLACEMENT.search(message):
+        return SYSTEM_ROLE_REFUSED
+    for pattern in _OVERFLOWS:
+        found = pattern.search(message)
+        if found is None:
+            continue
+        tokens, limit = int(found["input"]), int(found["limit"])
+        budget = found.groupdict().get("max")
+        if budget is None or tokens >= limit:
+            return f"prompt is too long: {tokens} tokens > {limit} maximum"
+        return (f"input length and `max_tokens` exceed context limit: {tokens} + {budget} > "
+                f"{limit}, decrease input length or `max_tokens` and try again")
+    return None
+
+
 def anthropic_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     """``(status, error)`` on the Anthropic surface for an OpenAI-compatible upstream's error
     answer (its parsed body; None when it is not JSON): ``{"type": "error", "error":
     {"type", "message"}}``, the message kept, the type
     by status. 503 becomes 529 ``overloaded_error`` (what Anthropic clients expect when
     capacity runs out); other statuses are kept. A body with no message gets
-    ``"upstream error (HTTP <status>)"``."""
+    ``"upstream error (HTTP <status>)"``. A 400 that a client recovers from on Anthropic's
+    words (a system message refused where it sits, in place: Claude Code folds such
+    messages into its user turns; a context overflow: it compacts, or lowers
+    ``max_tokens``) begins with those words (:func:`_in_anthropics_words`), the upstream's
+    after them."""
     message = _error_message(body) or f"upstream error (HTTP {status})"
     if status == 503:
         status = 529
+    elif status == 400 and (words := _in_anthropics_words(message)) is not None:
+        message = f"{words} (the upstream said: {message})"
     return status, {"type": "error", "error": {"type": error_type_of(status),
                                                "message": message}}

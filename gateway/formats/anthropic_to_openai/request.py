@@ -33,8 +33,12 @@ the door checks only what the gateway itself reads)::
     tool_choice auto|any|none|tool    "auto"|"required"|"none"|{"type": "function", ...}
     disable_parallel_tool_use: true   parallel_tool_calls: false
     output_config.format json_schema  response_format json_schema (name "output", strict)
-    output_config.effort              400 unless "high" (the default)
-    thinking                          400 unless {"type": "disabled"}
+    thinking (an object), output_config.effort, context_management
+                                      dropped: how much Claude thinks, and shows, and how
+                                      its server trims a long context; an OpenAI-compatible
+                                      model answers the same conversation without them (no
+                                      thinking block comes back, as a Claude answer may have
+                                      none). Claude Code sends all three by default.
     container, mcp_servers,
     inference_geo (but "global")      400
     service_tier, speed, diagnostics,
@@ -57,7 +61,8 @@ __all__ = ["openai_request"]
 
 _UPSTREAM = "an OpenAI-compatible upstream"
 _JOIN = "\n\n"  # between the text blocks of one system prompt, message or tool result
-_DROPPED = frozenset({"model", "service_tier", "speed", "diagnostics", "cache_control"})
+_DROPPED = frozenset({"model", "service_tier", "speed", "diagnostics", "cache_control",
+                      "context_management"})
 _MAPPED = frozenset({"max_tokens", "messages", "system", "temperature", "top_p", "top_k",
                      "stop_sequences", "metadata", "stream", "tools", "tool_choice",
                      "thinking", "output_config", "container", "mcp_servers", "inference_geo"})
@@ -79,11 +84,8 @@ def openai_request(body: dict[str, Any], model: str) -> dict[str, Any]:
         if value is None or key in _DROPPED or key in _MAPPED:
             continue
         raise _unsupported(f"'{key}'", key)
-    thinking = body.get("thinking")
-    if thinking is not None and an_object(thinking, "thinking").get("type") != "disabled":
-        raise _unsupported("extended thinking ('thinking')", "thinking", "unsupported_value",
-                           " (no portable equivalent); leave it out or send "
-                           '{"type": "disabled"}')
+    if body.get("thinking") is not None:
+        an_object(body["thinking"], "thinking")  # else the 400 Anthropic would answer
     for key in ("container", "mcp_servers"):
         if body.get(key):
             raise _unsupported(f"'{key}'", key)
@@ -114,10 +116,7 @@ def openai_request(body: dict[str, Any], model: str) -> dict[str, Any]:
 def _output_config(config: Any) -> dict[str, Any]:
     if not config:
         return {}
-    if an_object(config, "output_config").get("effort") not in (None, "high"):
-        raise _unsupported("'output_config.effort'", "output_config.effort",
-                           "unsupported_value")
-    fmt = config.get("format")
+    fmt = an_object(config, "output_config").get("format")
     if fmt is None:
         return {}
     schema = an_object(fmt, "output_config.format").get("schema")

@@ -51,6 +51,12 @@ def test_scope_separates_what_must_not_share_answers() -> None:
                                 {"role": "system", "content": "Be brief."},
                                 {"role": "user", "content": "What is the capital of France?"}])
     assert cache_key(history, "ns", "m").scope != a.scope
+    # a system message later in the conversation counts where it was said
+    moved = request(messages=[{"role": "user", "content": "hi"},
+                              {"role": "system", "content": "Be brief."},
+                              {"role": "assistant", "content": "hello"},
+                              {"role": "user", "content": "What is the capital of France?"}])
+    assert cache_key(moved, "ns", "m").scope != cache_key(history, "ns", "m").scope
     # the question itself and max_tokens are compared by meaning / checked at hit time
     other_q = request(messages=[{"role": "system", "content": "Be brief."},
                                 {"role": "user", "content": "Capital of France?"}])

@@ -114,3 +114,19 @@ def test_the_system_prompt_only_when_asked_and_not_under_a_marker():
     assert plan("anthropic", anthropic, system=True).segments == []
     assert plan("anthropic", {"system": DOCS, "messages": [question]},
                 system=True).segments[0].key == "system"
+
+
+def test_a_mid_conversation_system_message_is_never_compressed_and_its_marker_counts():
+    """Anthropic's system-role messages inside ``messages`` (Claude Code's, after the user's
+    turn): operator instructions, never a segment; a cache marker on one ends the prefix the
+    client asked to cache, so nothing before it is compressed either."""
+    turn = {"role": "user", "content": [{"type": "text", "text": PROMPT}]}
+    note = {"role": "system", "content": [{"type": "text", "text": DOCS}]}
+    found = plan("anthropic", {"messages": [turn, note]})
+    assert [s.owner for s in found.segments] == [turn["content"][0]]
+    assert found.question == "Question: what is in document 3?"
+    marked = {"role": "system", "content": [
+        {"type": "text", "text": DOCS, "cache_control": {"type": "ephemeral"}}]}
+    assert plan("anthropic", {"messages": [turn, marked]}).segments == []
+    assert plan("anthropic", {"system": DOCS, "messages": [turn, marked]},
+                system=True).segments == []

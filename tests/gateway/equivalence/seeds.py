@@ -94,6 +94,23 @@ _ANTHROPIC: list[tuple[str, dict[str, Any]]] = [
         "tool_choice": {"type": "auto"}, "thinking": {"type": "disabled"},
         "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}},
         "max_tokens": MAX_TOKENS}),
+    # Claude Code's, with its default model: a system-role message after the user's turn
+    # (the mid-conversation-system beta), adaptive thinking, context management.
+    ("anthropic mid-conversation system message", {"system": [
+        {"type": "text", "text": "You are a coding agent."},
+        {"type": "text", "text": "Use the tools.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_3",
+                                               "name": "weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_3", "content": "sunny"},
+                {"type": "text", "text": "Thanks. And tomorrow?"}]},
+            {"role": "system", "content": [{"type": "text", "text": "Answer in French."}]}],
+        "tools": [{"name": "weather", "description": "Weather now", "input_schema": SCHEMA}],
+        "thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+        "metadata": {"user_id": "u-2"}, "max_tokens": MAX_TOKENS, "stream": True}),
 ]
 
 _RESPONSES: list[tuple[str, dict[str, Any]]] = [

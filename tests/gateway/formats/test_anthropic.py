@@ -46,6 +46,7 @@ from gateway.formats.anthropic import (
     parse_request,
     usage_to_openai,
 )
+from gateway.formats.chat_text import final_user_text, last_user_text
 from llm_wire.sse import EventReader
 from tests.gateway.formats.translation import parsed
 
@@ -115,10 +116,10 @@ def test_valid_bodies_come_back_as_the_same_dict(request_body):
     (raw(messages=["hi"]), InvalidRequest, "invalid_type", "messages[0]"),
     (raw(messages=[*HI, {"content": "no role"}]), InvalidRequest,
      "missing_required_parameter", "messages[1].role"),
-    (raw(messages=[{"role": "system", "content": "x"}]), InvalidRequest, "invalid_value",
+    (raw(messages=[{"role": 1, "content": "x"}]), InvalidRequest, "invalid_type",
      "messages[0].role"),
-    (raw(messages=[{"role": 1, "content": "x"}]), InvalidRequest, "invalid_value",
-     "messages[0].role"),
+    (raw(messages=[*HI, {"role": ["system"], "content": "x"}]), InvalidRequest,
+     "invalid_type", "messages[1].role"),
     (raw(messages=[{"role": "user"}]), InvalidRequest, "missing_required_parameter",
      "messages[0].content"),
     (raw(messages=[{"role": "user", "content": 5}]), InvalidRequest, "invalid_type",
@@ -163,9 +164,21 @@ def test_invalid_bodies_are_rejected_naming_the_field(request_raw, error, code, 
         assert param in orjson.loads(error_body(exc))["error"]["message"]
 
 
-def test_a_system_role_message_is_pointed_to_the_system_parameter():
-    with pytest.raises(InvalidRequest, match="top-level 'system'"):
-        parse_request(raw(messages=[{"role": "system", "content": "x"}]))
+#: Claude Code's requests under the mid-conversation-system-2026-04-07 beta: system-role
+#: messages inside ``messages``, after a user turn (its instructions, reminders).
+MID_SYSTEM = [*HI, {"role": "system", "content": "Plan mode is on."}]
+
+
+@pytest.mark.parametrize("messages", [
+    MID_SYSTEM,
+    [*HI, {"role": "system", "content": [{"type": "text", "text": "Terse mode."}]},
+     {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}],
+    [{"role": "system", "content": "first"}, *HI],  # where it may sit: the upstream says
+    [*HI, {"role": "developer", "content": "a role Anthropic does not know: its own 400"}],
+])
+def test_system_role_messages_and_unknown_roles_pass_the_door_as_they_came(messages):
+    request = body(messages=messages)
+    assert parse_request(orjson.dumps(request)) == request
 
 
 # --- chat_view -------------------------------------------------------------------------------
@@ -186,6 +199,13 @@ def test_chat_view_puts_the_system_prompt_first_and_shares_the_messages(system, 
     assert view["messages"][-1] is request["messages"][0]
     assert request == (body(temperature=0.2) if system is None
                        else body(temperature=0.2, system=system))  # left untouched
+
+
+def test_chat_view_keeps_a_mid_conversation_system_message_in_place():
+    view = chat_view(body(system="be brief", messages=MID_SYSTEM))
+    assert view["messages"] == [{"role": "system", "content": "be brief"}, *MID_SYSTEM]
+    assert final_user_text(view["messages"]) is None  # the last turn is no user's: exact only
+    assert last_user_text(view["messages"]) == "hi"  # what the router reads
 
 
 # --- errors ----------------------------------------------------------------------------------

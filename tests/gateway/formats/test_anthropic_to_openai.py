@@ -19,6 +19,11 @@ from anthropic.types.shared.error_response import ErrorResponse
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.formats.anthropic_to_openai import openai_request
 from gateway.formats.openai_to_anthropic import anthropic_request
+from tests.gateway.formats.claude_code import (
+    folds_system_messages,
+    lowers_max_tokens,
+    prompt_too_long,
+)
 from tests.gateway.formats.translation import (
     AN_TOOL,
     EPHEMERAL,
@@ -68,6 +73,18 @@ TO_OPENAI = [
                  {"messages": [user("a"), {"role": "system", "content": "Now in French."},
                                user("b")]},
                  id="a-system-message-in-place"),
+    # Claude Code's, under its mid-conversation-system beta: after the tool results, last
+    pytest.param({"system": [text("You are Claude Code.", **EPHEMERAL)], "messages": [
+        user("Fix it"), assistant([use("toolu_1", "weather", {"city": "Paris"})]),
+        user([result("toolu_1", "18C"), text("go on", **EPHEMERAL)]),
+        {"role": "system", "content": [text("Plan mode is on."), text("Be terse.")]}]},
+                 {"messages": [{"role": "system", "content": "You are Claude Code."},
+                               user("Fix it"),
+                               {"role": "assistant", "content": None, "tool_calls": [
+                                   call("toolu_1", "weather", '{"city":"Paris"}')]},
+                               tool_msg("toolu_1", "18C"), user("go on"),
+                               {"role": "system", "content": "Plan mode is on.\n\nBe terse."}]},
+                 id="a-system-message-after-tool-results-in-place"),
     pytest.param({"messages": [user([text("a", **EPHEMERAL), text("b")])]},
                  {"messages": [user("a\n\nb")]}, id="text-only-content-is-a-string"),
     pytest.param({"messages": [user([
@@ -155,6 +172,15 @@ TO_OPENAI = [
                   "cache_control": {"type": "ephemeral"}, "inference_geo": "global"},
                  {"messages": [user("hi")], "max_tokens": 256},
                  id="fields-that-change-nothing-dropped"),
+    # What Claude Code sends by default: how much to think and show, how the server trims
+    # the context. The model answers the same conversation without them.
+    pytest.param({"thinking": {"type": "adaptive", "display": "summarized"},
+                  "output_config": {"effort": "medium"},
+                  "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}},
+                 {"messages": [user("hi")], "max_tokens": 256, "reasoning_effort": None},
+                 id="thinking-effort-and-context-management-dropped"),
+    pytest.param({"thinking": {"type": "enabled", "budget_tokens": 2048}},
+                 {"messages": [user("hi")], "max_tokens": 256}, id="thinking-budget-dropped"),
 ]
 
 
@@ -171,14 +197,10 @@ def test_openai_request_without_extras_is_minimal():
 
 
 OPENAI_400 = [
-    ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking", "thinking"),
-    ({"thinking": {"type": "adaptive"}}, "thinking", "thinking"),
     ({"container": "c-1"}, "container", "'container'"),
     ({"mcp_servers": [{"type": "url", "url": "https://m.test", "name": "m"}]}, "mcp_servers",
      "'mcp_servers'"),
     ({"inference_geo": "us"}, "inference_geo", "'inference_geo'"),
-    ({"output_config": {"effort": "low"}}, "output_config.effort", "effort"),
-    ({"context_management": {"edits": []}}, "context_management", "'context_management'"),
     ({"tools": [AN_TOOL, {"type": "web_search_20250305", "name": "web_search"}]}, "tools[1]",
      "server tool 'web_search_20250305'"),
     ({"tools": [{**AN_TOOL, "defer_loading": True}]}, "tools[0].defer_loading",
@@ -334,6 +356,72 @@ def test_openai_errors_become_anthropic_errors(status, body, out_status, type_, 
     assert orjson.loads(raw) == {"type": "error", "error": {"type": type_, "message": message}}
     if type_ != "request_too_large":  # in Anthropic's docs, not in its SDK's error union
         assert ErrorResponse.model_validate_json(raw).error.type == type_
+
+
+@pytest.mark.parametrize("said", [
+    "System message must be at the beginning.",  # Qwen3's chat template, through vLLM
+    ("Only user and assistant roles are supported, with the exception of an initial "
+     "optional system message!"),  # Mistral's
+    "role 'system' is not supported on this model",
+])
+def test_an_upstream_refusing_a_system_message_where_it_sits_is_refused_in_anthropics_words(
+        said):
+    for body in (openai_error_body(said), orjson.dumps({"object": "error", "message": said})):
+        status, raw = anthropic_error(400, body)
+        message = orjson.loads(raw)["error"]["message"]
+        assert message.startswith('messages: Unexpected role "system". The Messages API '
+                                  "accepts a top-level `system` parameter")
+        assert said in message  # the upstream's own words kept
+        assert folds_system_messages(status, raw)  # Claude Code folds them and retries
+
+
+#: Context overflows in OpenAI-compatible servers' words.
+OPENAI_OVERFLOW = ("This model's maximum context length is 32768 tokens. However, you requested "
+                   "40000 tokens (8000 in the messages, 32000 in the completion). Please "
+                   "reduce the length of the messages or completion.")
+OPENAI_PROMPT = ("This model's maximum context length is 8192 tokens. However, you requested "
+                 "12000 tokens (10000 in the messages, 2000 in the completion).")
+OPENAI_OLD = ("This model's maximum context length is 128000 tokens. However, your messages "
+              "resulted in 130000 tokens. Please reduce the length of the messages.")
+VLLM_MAX = ("'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's "
+            "maximum context length is 32768 tokens and your request has 1200 input tokens "
+            "(32000 > 32768 - 1200). None")
+VLLM_PROMPT = ("This model's maximum context length is 32768 tokens. However, your request "
+               "has 40000 input tokens. Please reduce the length of the input messages.")
+SGLANG = ("Requested token count exceeds the model's maximum context length of 32768 tokens. "
+          "You requested a total of 33000 tokens: 1000 tokens from the input messages and "
+          "32000 tokens for the completion. Please reduce the number of tokens in the input "
+          "messages or the completion to fit within the limit.")
+LOCAL = "the prompt has 9000 tokens; this model's context length is 8192"
+
+
+@pytest.mark.parametrize(("said", "too_long", "lower"), [
+    (OPENAI_OVERFLOW, None, (8000, 32000, 32768)),  # OpenAI, and vLLM before 0.6
+    (OPENAI_PROMPT, (10000, 8192), None),
+    (OPENAI_OLD, (130000, 128000), None),
+    (VLLM_MAX, None, (1200, 32000, 32768)),
+    (VLLM_PROMPT, (40000, 32768), None),
+    (SGLANG, None, (1000, 32000, 32768)),
+    (LOCAL, (9000, 8192), None),
+])
+def test_a_context_overflow_is_told_in_anthropics_words_for_the_clients_recovery(
+        said, too_long, lower):
+    """Claude Code compacts on "prompt is too long: N tokens > L maximum" and lowers
+    max_tokens on "input length and `max_tokens` exceed context limit: N + M > L"."""
+    status, raw = anthropic_error(400, openai_error_body(said))
+    assert said in orjson.loads(raw)["error"]["message"]
+    assert (prompt_too_long(status, raw), lowers_max_tokens(status, raw)) == (too_long, lower)
+
+
+@pytest.mark.parametrize(("status", "said"), [
+    (400, "Conversation roles must alternate user/assistant/user/assistant"),
+    (400, "'messages[0].content': system prompt must be a string"),
+    (500, "System message must be at the beginning."),
+])
+def test_other_upstream_errors_keep_their_words(status, said):
+    out_status, raw = anthropic_error(status, openai_error_body(said))
+    assert orjson.loads(raw)["error"]["message"] == said
+    assert not folds_system_messages(out_status, raw)
 
 
 # --- the anthropic SDK, answered by translated bodies ---------------------------------------
