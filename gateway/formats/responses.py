@@ -4,7 +4,8 @@ Pure, no I/O.
 - :func:`parse_request`: a request body checked at the door: ``model``; ``input`` a string
   or an array of items (messages with text and image parts, ``function_call``,
   ``function_call_output``, ``custom_tool_call``, ``custom_tool_call_output``, reasoning
-  items); ``instructions``; ``tools`` (each an object with a ``type``);
+  items, ``additional_tools`` items with their array of tools); ``instructions``;
+  ``tools`` (each an object with a ``type``);
   ``max_output_tokens``; ``stream``. Other fields pass through to a native upstream.
 - :func:`input_messages`: the input as Chat Completions messages (``instructions`` first as
   the system message), the view the cache keys, the router and the chat translation read.
@@ -34,13 +35,13 @@ from gateway.formats.checks import (
     shown,
 )
 from gateway.formats.ids import random_hex
-from gateway.formats.responses_tools import HOSTED_TOOLS, ToolNames, call_item
+from gateway.formats.responses_tools import HOSTED_TOOLS, ToolNames, call_item, declared_tools
 
 __all__ = ["HOSTED_TOOLS", "answer_from_response", "chat_view", "input_messages",
            "parse_request", "response_body", "response_finish_reason", "response_object"]
 
 _ITEM_TYPES = frozenset({"message", "function_call", "function_call_output", "reasoning",
-                         "custom_tool_call", "custom_tool_call_output"})
+                         "custom_tool_call", "custom_tool_call_output", "additional_tools"})
 #: The items that answer or make a call: each names it by its ``call_id``.
 _CALL_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call",
                          "custom_tool_call_output"})
@@ -107,6 +108,8 @@ def _check_item(item: Any, where: str) -> None:
                                item.get("content"))
     elif kind in _CALL_ITEMS and not isinstance(item.get("call_id"), str):
         raise missing(f"{where}.call_id")
+    elif kind == "additional_tools" and not isinstance(item.get("tools"), list):
+        raise invalid_type(f"{where}.tools", "an array of tools", item.get("tools"))
 
 
 def _part(part: Any, where: str, strict: bool) -> Any:
@@ -204,7 +207,7 @@ def input_messages(body: dict[str, Any], strict: bool = True,
                                                           f"input[{i}].content", strict)})
         elif kind in _CALLS:
             if names is None:
-                names = ToolNames(body.get("tools"))
+                names = ToolNames(declared_tools(body))
             call = _call(item, f"input[{i}]", strict, names)
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant" and "tool_calls" in last:
@@ -222,6 +225,9 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
     fields under their chat names) for cache keys and router features."""
     view = {k: v for k, v in body.items() if k not in ("input", "instructions")}
     view["messages"] = input_messages(body, strict=False)
+    declared = declared_tools(body)
+    if len(declared) > len(view.get("tools") or ()):  # some in additional_tools items
+        view["tools"] = declared
     if "max_output_tokens" in view:
         view["max_completion_tokens"] = view.pop("max_output_tokens")
     return view
@@ -269,7 +275,7 @@ def response_object(answer: Answer, id_: str | None = None, *,
                        "content": [{"type": "output_text", "text": answer.content,
                                     "annotations": []}]})
     if answer.tool_calls:
-        names = ToolNames(body.get("tools")) if body else None
+        names = ToolNames(declared_tools(body)) if body else None
         output += [call_item(call, names) for call in answer.tool_calls]
     prompt, completion = answer.prompt_tokens or 0, answer.completion_tokens or 0
     req = body or {}

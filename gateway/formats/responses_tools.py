@@ -18,8 +18,11 @@ as the client declared them. Pure, no I/O.
 - Hosted tools (:data:`HOSTED_TOOLS`, run by OpenAI itself) cannot be offered: the policy
   drops them (:func:`without_hosted_tools`) or the translation refuses them.
 
-:class:`ToolNames` is a pure function of the request's ``tools``, so the request's
-translation and its answer's (whole or streamed) map the same names the same way.
+A request declares tools in ``tools`` and in ``additional_tools`` input items (``{"type":
+"additional_tools", "role": "developer", "tools": [...]}``: Codex CLI 0.171 sends all of its
+tools so, none in ``tools``): an upstream without the Responses API is offered them all at
+once (:func:`declared_tools`). :class:`ToolNames` is a pure function of them, so the
+request's translation and its answer's (whole or streamed) map the same names the same way.
 
 Sources: https://platform.openai.com/docs/api-reference/responses/create (``tools``), the
 openai SDK's ``NamespaceTool``, ``CustomTool``, ``ResponseFunctionToolCall.namespace`` and
@@ -36,8 +39,8 @@ from typing import Any
 from gateway.formats.ids import random_hex
 from gateway.formats.tool_input import custom_input
 
-__all__ = ["HOSTED_TOOLS", "ToolNames", "ToolRef", "call_item", "hosted_tools",
-           "without_hosted_tools"]
+__all__ = ["HOSTED_TOOLS", "ToolNames", "ToolRef", "call_item", "declared_tools",
+           "hosted_tools", "without_hosted_tools"]
 
 #: Tools the provider runs itself (or that only its own models know how to call): only a
 #: native upstream can serve them. (The openai SDK's ``Tool`` union, less ``function``,
@@ -53,6 +56,24 @@ DEFAULT_NAMESPACE = "functions"
 #: The longest name an upstream accepts (OpenAI's functions, Anthropic's tools).
 MAX_NAME = 64
 _BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _added(item: Any) -> bool:
+    """Whether ``item`` is an ``additional_tools`` input item with its array of tools."""
+    return isinstance(item, dict) and item.get("type") == "additional_tools" and isinstance(
+        item.get("tools"), list)
+
+
+def declared_tools(body: dict[str, Any]) -> list[Any]:
+    """Every tool ``body`` declares: its ``tools``, then those of its ``additional_tools``
+    input items, in order (as they came: not checked)."""
+    tools, items = body.get("tools"), body.get("input")
+    out = list(tools) if isinstance(tools, list) else []
+    if isinstance(items, list):
+        for item in items:
+            if _added(item):
+                out += item["tools"]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,21 +175,27 @@ def call_item(call: Any, names: ToolNames | None) -> dict[str, Any]:
     return item
 
 
+def _hosted(tool: Any) -> bool:
+    return isinstance(tool, dict) and isinstance(tool.get("type"), str) and \
+        tool["type"] in HOSTED_TOOLS
+
+
 def hosted_tools(body: dict[str, Any]) -> tuple[str, ...]:
-    """The types of the hosted tools ``body`` offers, each once, in order."""
-    tools = body.get("tools")
-    if not isinstance(tools, list):
-        return ()
-    return tuple(dict.fromkeys(t["type"] for t in tools if isinstance(t, dict)
-                               and isinstance(t.get("type"), str)
-                               and t["type"] in HOSTED_TOOLS))
+    """The types of the hosted tools ``body`` declares, each once, in order."""
+    return tuple(dict.fromkeys(t["type"] for t in declared_tools(body) if _hosted(t)))
 
 
 def without_hosted_tools(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """``body`` without its hosted tools, and their types (``body`` itself and ``()`` when
-    it has none). A ``tool_choice`` naming one stays, for the translation to refuse."""
+    """``body`` without its hosted tools (in ``tools`` and in ``additional_tools`` items),
+    and their types (``body`` itself and ``()`` when it has none; the client's body is
+    never changed). A ``tool_choice`` naming one stays, for the translation to refuse."""
     dropped = hosted_tools(body)
     if not dropped:
         return body, ()
-    kept = [t for t in body["tools"] if not (isinstance(t, dict) and t.get("type") in dropped)]
-    return {**body, "tools": kept}, dropped
+    out = dict(body)
+    if isinstance(body.get("tools"), list):
+        out["tools"] = [t for t in body["tools"] if not _hosted(t)]
+    if isinstance(body.get("input"), list):
+        out["input"] = [{**item, "tools": [t for t in item["tools"] if not _hosted(t)]}
+                        if _added(item) else item for item in body["input"]]
+    return out, dropped

@@ -190,3 +190,71 @@ def test_refused_hosted_tools_and_forced_ones_are_a_400_naming_them(
     assert forced.value.code == "unsupported_tool" and "web_search_preview" in \
         forced.value.message
     assert fake.records == []
+
+
+#: Codex CLI 0.171's request with its default model: every tool in an ``additional_tools``
+#: input item (none in ``tools``), grouped in namespaces; its shell reached through the
+#: custom tool ``exec`` (JavaScript) in the default namespace ``functions``.
+LITE_TOOLS: Any = {"type": "additional_tools", "role": "developer", "tools": [
+    {"type": "namespace", "name": "functions", "description": "", "tools": [
+        {"type": "custom", "name": "exec", "description": "Run JavaScript.", "format": {
+            "type": "grammar", "syntax": "lark", "definition": "start: /.+/s"}},
+        {"type": "function", "name": "wait", "strict": False,
+         "parameters": {"type": "object", "properties": {}}}]},
+    {"type": "namespace", "name": "collaboration", "description": "Agents.", "tools": [
+        {"type": "function", "name": "spawn_agent", "strict": False,
+         "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}]},
+    WEB]}
+SCRIPT = 'text(await tools.exec_command({cmd: "echo compat-$((40+2))"}))'
+
+
+def lite(client: openai.OpenAI, model: str, *items: Any, **more: Any) -> Any:
+    return client.responses.create(
+        model=model, input=[LITE_TOOLS, {"role": "user", "content": "Run it."}, *items],
+        tool_choice="auto", parallel_tool_calls=False, store=False,
+        include=["reasoning.encrypted_content"], **more)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_codex_cli_default_request_round_trip_over_chat(gw: GatewayServer, fake: FakeUpstream,
+                                                        streamed: bool) -> None:
+    with sdk(gw) as client:
+        first = lite(client, "fake-model", stream=streamed,
+                     extra_headers=steer({"input": SCRIPT}))
+        if streamed:
+            events = list(first)
+            assert "response.custom_tool_call_input.delta" in [e.type for e in events]
+            first = events[-1].response
+        [call] = first.output
+        assert (call.type, call.name, call.namespace, call.input) == (
+            "custom_tool_call", "exec", "functions", SCRIPT)
+        second = lite(client, "fake-model", call.model_dump(exclude_none=True), {
+            "type": "custom_tool_call_output", "call_id": call.call_id,
+            "output": [{"type": "input_text", "text": "compat-42\n"}]})
+    assert second.output_text == "w0 w1 w2 w3 w4 w5 w6 w7"
+    first_sent, second_sent = sent(fake, 0), sent(fake)
+    assert [t["function"]["name"] for t in first_sent["tools"]] == [
+        "exec", "wait", "collaboration__spawn_agent"]
+    assert second_sent["messages"][1:] == [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": call.call_id, "type": "function", "function": {
+                "name": "exec", "arguments": json.dumps({"input": SCRIPT},
+                                                        separators=(",", ":"))}}]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": "compat-42\n"}]
+    assert [log["dropped_tools"] for log in gw.logged(2)] == [["web_search"]] * 2
+
+
+def test_codex_cli_default_request_on_anthropic_and_native_upstreams(
+        with_claude: tuple[GatewayServer, FakeAnthropic], fake_server: Any,
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
+    gw, claude = with_claude
+    with sdk(gw) as client:
+        r = lite(client, "claude", extra_headers={"x-fake-tool": "1"})
+    [call] = [item for item in r.output if item.type != "message"]
+    assert (call.type, call.name, call.namespace) == ("custom_tool_call", "exec", "functions")
+    assert [t["name"] for t in sent(claude)["tools"]] == [
+        "exec", "wait", "collaboration__spawn_agent"]
+    native = make_gateway(NATIVE.format(url=fake_server.url))
+    with sdk(native) as client:
+        lite(client, "native")
+    assert sent(fake)["input"][0] == LITE_TOOLS  # as it came, the hosted tool included

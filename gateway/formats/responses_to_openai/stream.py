@@ -38,7 +38,7 @@ import orjson
 from gateway.formats.answer import Answer
 from gateway.formats.ids import random_hex
 from gateway.formats.responses import response_object
-from gateway.formats.responses_tools import ToolNames
+from gateway.formats.responses_tools import ToolNames, declared_tools
 from gateway.formats.tool_input import InputStream
 from gateway.formats.translator import ChunkTranslator
 from llm_wire.sse import json_event
@@ -134,7 +134,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
     def _item(self, call: dict[str, Any], name: Any) -> dict[str, Any]:
         """The output item a new tool call opens, named as the request declared its tool."""
         if self._names is None:
-            self._names = ToolNames(self._request.get("tools"))
+            self._names = ToolNames(declared_tools(self._request))
         ref = self._names.ref(name) if isinstance(name, str) else None
         call_id = call.get("id") or "call_" + random_hex()
         if ref is not None and ref.custom:

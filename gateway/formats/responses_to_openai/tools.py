@@ -3,6 +3,8 @@
 =============================  ===============================================================
 Responses                      Chat Completions
 =============================  ===============================================================
+``tools`` and the tools of     one list of tools (every tool offered at once: a chat upstream
+``additional_tools`` items     has no tools added midway), each as follows
 ``function``                   ``{"type": "function", "function": {name, description,
                                parameters, strict}}``
 ``namespace``                  each of its tools, flattened (``<namespace>__<name>``:
@@ -25,11 +27,12 @@ there is no tool search to find a deferred one), ``allowed_callers``, ``output_s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.formats.checks import a_string, invalid_type, invalid_value
-from gateway.formats.responses_tools import HOSTED_TOOLS, ToolNames
+from gateway.formats.responses_tools import HOSTED_TOOLS, ToolNames, declared_tools
 from gateway.formats.tool_input import custom_description, input_schema
 
 __all__ = ["chat_tool_choice", "chat_tools"]
@@ -93,17 +96,32 @@ def _member(child: Any, namespace: str, names: ToolNames, where: str) -> dict[st
     raise _unknown(child.get("type"), f"{where}.type")
 
 
+def _declared(body: dict[str, Any]) -> Iterator[tuple[Any, str]]:
+    """Each tool ``body`` declares, and where (its ``param``): in ``tools`` (checked at the
+    door), then in ``additional_tools`` input items (checked here)."""
+    for i, tool in enumerate(body.get("tools") or ()):
+        yield tool, f"tools[{i}]"
+    items = body["input"]
+    for k, item in enumerate(items if isinstance(items, list) else ()):
+        if item.get("type") == "additional_tools":  # (its "tools" an array: the door's)
+            for j, tool in enumerate(item["tools"]):
+                where = f"input[{k}].tools[{j}]"
+                if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+                    raise invalid_type(where, "a tool object with a 'type'", tool)
+                yield tool, where
+
+
 def chat_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]], ToolNames]:
-    """The chat ``tools`` of a checked Responses ``body`` (each tool a dict with a string
-    ``type``; a function's ``name`` a string), and the names they were given; raises
-    InvalidRequest (400) naming a tool chat cannot carry."""
-    tools = body.get("tools") or []
-    names = ToolNames(tools)
+    """The chat ``tools`` of a checked Responses ``body`` (those of ``tools`` and of its
+    ``additional_tools`` items), and the names they were given; raises InvalidRequest (400)
+    naming a tool chat cannot carry."""
+    names = ToolNames(declared_tools(body))
     out: list[dict[str, Any]] = []
-    for i, tool in enumerate(tools):
-        kind, where = tool["type"], f"tools[{i}]"
+    for tool, where in _declared(body):
+        kind = tool["type"]
         if kind == "function":
-            out.append(_function(tool, tool["name"]))
+            out.append(_function(tool, names.flat(a_string(tool.get("name"),
+                                                           f"{where}.name"))))
         elif kind == "custom":
             out.append(_custom(tool, names.flat(a_string(tool.get("name"), f"{where}.name")),
                                where))

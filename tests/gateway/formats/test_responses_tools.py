@@ -314,3 +314,80 @@ def test_the_chat_view_of_a_request_is_lenient() -> None:
     assert [m["tool_calls"][0]["function"] for m in chat_view(body)["messages"][:1]] == [
         {"name": 5, "arguments": ["odd"]}]
     assert input_messages(body, strict=False)[0]["tool_calls"][1]["function"]["name"] == "f"
+
+
+#: Codex CLI 0.171's request (its default model): every tool in an ``additional_tools``
+#: input item, none in ``tools``; its shell reached through ``exec``, a custom tool in the
+#: default namespace ``functions``.
+CODEX_LITE: dict[str, Any] = {
+    "input": [
+        {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [
+                {"type": "custom", "name": "exec", "description": "Run JavaScript.",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/s"}},
+                {"type": "function", "name": "wait", "parameters": SCHEMA, "strict": False}]},
+            {"type": "namespace", "name": "clock", "description": "Tools in the clock "
+             "namespace.", "tools": [{"type": "function", "name": "sleep",
+                                      "parameters": SCHEMA, "strict": False}]},
+            {"type": "web_search"}]},
+        {"type": "message", "role": "developer", "content": [
+            {"type": "input_text", "text": "<permissions>read-only</permissions>"}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Print a marker with the shell."}]}],
+    "tool_choice": "auto", "parallel_tool_calls": False, "store": False, "stream": True,
+    "reasoning": {"effort": "low", "context": "all_turns"},
+    "include": ["reasoning.encrypted_content"], "prompt_cache_key": "thread-1",
+    "text": {"verbosity": "low"}, "client_metadata": {"x": "y"}}
+
+
+def test_tools_of_additional_tools_items_are_offered_and_named_back() -> None:
+    body, dropped = without_hosted_tools(parse(CODEX_LITE))
+    assert dropped == ("web_search",)
+    assert CODEX_LITE["input"][0]["tools"][-1] == {"type": "web_search"}  # left as it came
+    out = chat_request(body, "m", 256)
+    assert [t["function"]["name"] for t in out["tools"]] == ["exec", "wait", "clock__sleep"]
+    assert (out["tool_choice"], out["parallel_tool_calls"]) == ("auto", False)
+    assert out["messages"] == [  # the item itself says nothing
+        {"role": "system", "content": "<permissions>read-only</permissions>"},
+        {"role": "user", "content": "Print a marker with the shell."}]
+    answer = response_from_chat(chat_completion(
+        ("c1", "exec", '{"input": "text(await tools.exec_command({cmd: \\"ls\\"}))"}'),
+        ("c2", "clock__sleep", "{}")), parse(CODEX_LITE))
+    assert [(i["type"], i["name"], i["namespace"]) for i in answer["output"]] == [
+        ("custom_tool_call", "exec", "functions"), ("function_call", "sleep", "clock")]
+    assert answer["output"][0]["input"] == 'text(await tools.exec_command({cmd: "ls"}))'
+    # the next turn: Codex's call and its output (a list of text parts) go up as chat's
+    turn = parse({**CODEX_LITE, "input": [*CODEX_LITE["input"], {
+        "type": "custom_tool_call", "call_id": "c1", "name": "exec", "namespace": "functions",
+        "input": "ls"}, {"type": "custom_tool_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "compat-42\n"}]}]})
+    assert chat_request(without_hosted_tools(turn)[0], "m", 256)["messages"][2:] == [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c1", "type": "function", "function": {
+                "name": "exec", "arguments": '{"input":"ls"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "compat-42\n"}]
+    # the cache's and the router's view of it counts those tools too
+    assert len(chat_view(parse(CODEX_LITE))["tools"]) == 3
+
+
+@pytest.mark.parametrize(("item", "param"), [
+    ({"type": "additional_tools", "role": "developer"}, "input[0].tools"),
+    ({"type": "additional_tools", "role": "developer", "tools": {}}, "input[0].tools"),
+])
+def test_an_additional_tools_item_needs_its_tools(item: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse({"input": [item]})
+    assert err.value.param == param
+
+
+@pytest.mark.parametrize(("tool", "param"), [
+    ("exec", "input[0].tools[0]"),
+    ({"type": "function"}, "input[0].tools[0].name"),
+    ({"type": "magic"}, "input[0].tools[0]"),
+])
+def test_a_bad_tool_in_an_additional_tools_item_is_a_400(tool: Any, param: str) -> None:
+    body = parse({"input": [{"type": "additional_tools", "role": "developer",
+                             "tools": [tool]}]})
+    with pytest.raises(InvalidRequest) as err:
+        chat_request(body, "m", 256)
+    assert err.value.param == param
