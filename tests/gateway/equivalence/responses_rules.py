@@ -1,6 +1,7 @@
-"""The contract's rule for a Responses request's tools on their way to each kind of
-upstream (T1), checked from what the client sent, what the upstream received and the
-answer's ``x-gateway-dropped-tools`` header, independently of the gateway's own code:
+"""The contract's rule for a Responses request's tools (in ``tools`` and in
+``additional_tools`` input items) on their way to each kind of upstream (T1), checked from
+what the client sent, what the upstream received and the answer's
+``x-gateway-dropped-tools`` header, independently of the gateway's own code:
 
 - to an upstream serving ``/v1/responses`` itself: every tool as it came (P1's reordering
   aside), and no header;
@@ -49,6 +50,19 @@ def _runs_itself(tools: list[Any]) -> tuple[list[str], list[tuple[Any, Any]]]:
     return names, made
 
 
+def _declared(body: Any) -> list[Any]:
+    """The tools of ``body``'s ``tools``, then of its ``additional_tools`` items."""
+    if not isinstance(body, dict):
+        return []
+    tools, items = body.get("tools"), body.get("input")
+    out = list(tools) if isinstance(tools, list) else []
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and item.get("type") == "additional_tools" and isinstance(
+                item.get("tools"), list):
+            out += item["tools"]
+    return out
+
+
 def _offered(upstream: str, received: dict[str, Any]) -> list[Any]:
     tools = received.get("tools") or []
     if upstream == "anthropic":
@@ -62,13 +76,12 @@ def responses_tools(upstream: str, client: dict[str, Any], received: Any,
     ``upstream``'s API (``responses`` natively, ``openai`` chat, ``anthropic``), which
     received ``received`` (parsed); ``dropped``: the answer's ``x-gateway-dropped-tools``.
     None when it holds, else what breaks it."""
-    tools = client.get("tools")
-    tools = tools if isinstance(tools, list) else []
+    tools = _declared(client)
     if upstream == "responses":
         if dropped is not None:
             return f"x-gateway-dropped-tools: {dropped!r} from a native upstream (T1)"
-        theirs = received.get("tools") if isinstance(received, dict) else None
-        if sorted(map(canonical, tools)) != sorted(map(canonical, theirs or [])):
+        theirs = _declared(received)
+        if sorted(map(canonical, tools)) != sorted(map(canonical, theirs)):
             return (f"$.tools: a native upstream must get every tool as it came (T1), got "
                     f"{shorten(theirs)}")
         return None

@@ -304,11 +304,16 @@ def _translated(direction: Direction, client: Any, answer: Answer, received: boo
 def _tools(direction: Direction, client: Any, answer: Answer, found: dict[str, Any]
            ) -> str | None:
     """T1 for a Responses request's tools (:func:`~.contract.responses_tools`), where an
-    upstream received it."""
-    record = found.get("anthropic" if direction.upstream == "anthropic" else "openai")
-    if direction.api != "responses" or record is None or not isinstance(client, dict):
+    upstream received it (whichever: a fuzzed ``model`` may name another's model)."""
+    if direction.api != "responses" or not isinstance(client, dict):
         return None
-    return responses_tools(direction.upstream, client, _exact(record.body),
+    record, upstream = found.get("anthropic"), "anthropic"
+    if record is None:
+        record = found.get("openai")
+        if record is None:
+            return None
+        upstream = "responses" if record.path.endswith("/responses") else "openai"
+    return responses_tools(upstream, client, _exact(record.body),
                            answer.headers.get("x-gateway-dropped-tools"))
 
 

@@ -144,6 +144,24 @@ _RESPONSES: list[tuple[str, dict[str, Any]]] = [
         "reasoning": {"effort": "medium", "summary": "auto"},
         "include": ["reasoning.encrypted_content"], "prompt_cache_key": "session-1",
         "stream": True}),
+    # Codex CLI 0.171 with its default model: every tool in an additional_tools item
+    ("responses additional tools", {"input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [
+                {"type": "custom", "name": "exec", "description": "Run JavaScript.",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+                {"type": "function", **_TOOL, "name": "wait", "strict": False}]},
+            {"type": "namespace", "name": "clock", "description": "Clock.", "tools": [
+                {"type": "function", **_TOOL, "name": "sleep"}]},
+            {"type": "web_search"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "Run it."}]},
+        {"type": "custom_tool_call", "call_id": "call_e", "name": "exec",
+         "namespace": "functions", "input": "text(1 + 1)"},
+        {"type": "custom_tool_call_output", "call_id": "call_e", "output": [
+            {"type": "input_text", "text": "2"}]}],
+        "tool_choice": "auto", "parallel_tool_calls": False, "store": False,
+        "reasoning": {"effort": "low", "context": "all_turns"},
+        "text": {"verbosity": "low"}, "client_metadata": {"k": "v"}}),
     ("responses structured output", {"input": "A city, please.",
                                      "text": {"format": {"type": "json_schema", "name": "city",
                                                          "schema": SCHEMA, "strict": True}},

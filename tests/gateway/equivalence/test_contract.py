@@ -209,6 +209,11 @@ def test_t1_a_translated_responses_request_offers_what_the_client_runs():
         (offered(*CHAT_NAMES[:3], "mcp gh note"), DROPPED, "a name upstream would refuse"),
     ]:
         assert error in str(responses_tools("openai", client, received, header))
+    added = {"model": "gpt", "tools": AGENT_TOOLS[:2], "input": [
+        {"type": "additional_tools", "role": "developer", "tools": AGENT_TOOLS[2:]}]}
+    assert responses_tools("openai", added, offered(*CHAT_NAMES), DROPPED) is None
+    assert "4 functions expected" in str(responses_tools("openai", added,
+                                                         offered(*CHAT_NAMES[:2]), DROPPED))
     plain = {"model": "gpt", "input": "hi"}
     assert responses_tools("openai", plain, {"messages": []}, None) is None
     assert "x-gateway-dropped-tools" in str(responses_tools("openai", plain, {}, "web_search"))
