@@ -4,8 +4,9 @@ an upstream's whole answer says. (The trying itself is :mod:`gateway.dispatch`.)
 :class:`Outbound` makes the request for a target on its first attempt and keeps it for the
 retries: the client's bytes as they came when nothing changes them (``model`` rewritten
 when it differs, the usage option spliced in), else the body translated for an upstream of
-the other API (:mod:`gateway.formats.bridge`) and shaped by ``ctx.shape_body``, serialised
-once; to the upstream that keeps a Responses conversation (``ctx.upstream_state``), the
+the other API (:mod:`gateway.formats.bridge`; a Responses request's hosted tools left out
+first when the policy drops them, said in the answer's ``x-gateway-dropped-tools`` header
+and the log line) and shaped by ``ctx.shape_body``, serialised once; to the upstream that keeps a Responses conversation (``ctx.upstream_state``), the
 client's own request, ``previous_response_id`` and all. :func:`observe` reads a whole answer, parsed once by dispatch: its error into the log
 line, its usage and finish reason into the context.
 """
@@ -25,6 +26,7 @@ from gateway.formats.anthropic import finish_reason_of
 from gateway.formats.bridge import Bridge, bridge
 from gateway.formats.openai import with_usage_option
 from gateway.formats.responses import response_finish_reason
+from gateway.formats.responses_tools import without_hosted_tools
 from gateway.formats.translator import Translator
 from gateway.formats.usage import Usage
 from gateway.http import forward_request_headers
@@ -90,6 +92,20 @@ class Outbound:
             return "responses"
         return upstream.api
 
+    def _translatable(self) -> dict[str, Any]:
+        """The client's body as a translation reads it: a Responses request's hosted tools
+        left out when the policy drops them (once said in the answer's headers and the log
+        line's ``dropped_tools``)."""
+        ctx = self.ctx
+        if self._api != "responses" or ctx.policy.translation.hosted_tools != "drop":
+            return ctx.body
+        body, dropped = without_hosted_tools(ctx.body)
+        if dropped and ctx.record.dropped_tools is None:
+            ctx.record.dropped_tools = list(dropped)
+            ctx.response_headers.append((b"x-gateway-dropped-tools",
+                                         ", ".join(dropped).encode()))
+        return body
+
     def request(self, target: Target) -> UpstreamRequest:
         """The request for ``target`` (the same object for each of its attempts)."""
         if target is self._target and self._built is not None:
@@ -105,7 +121,7 @@ class Outbound:
                 payload = jsonio.dumps({**state.body, "model": target.model})
             elif crossing is not None:
                 path = crossing.path
-                out = crossing.request(ctx.body, target.model, self._max_tokens)
+                out = crossing.request(self._translatable(), target.model, self._max_tokens)
                 payload = jsonio.dumps(out if shape is None else shape(out, up_api))
             elif shape is not None:
                 payload = jsonio.dumps(shape({**self.body, "model": target.model}, up_api))

@@ -29,6 +29,7 @@ from gateway.errors import ConfigError
 from gateway.ratelimit.policy import RateLimitPolicy
 from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
+from gateway.translation_policy import TranslationPolicy
 
 __all__ = ["CachePolicy", "CompressionPolicy", "DegradedPolicy", "OperatingPoint",
            "PipelinePolicy", "Policy", "PolicyStore", "PromptCachePolicy", "RetryPolicy",
@@ -63,16 +64,6 @@ class StreamingPolicy:
     #: A stream with no event yet (a long prefill, a queue) gets its headers and an SSE
     #: comment after this many seconds, then a comment as often (0: never): gateway.endpoint.
     keepalive_s: float = bounded(15.0, ge=0.0)
-
-
-@dataclass(frozen=True)
-class TranslationPolicy:
-    """Requests translated between the OpenAI and Anthropic formats (a client of one API
-    calling a model served by the other)."""
-
-    #: ``max_tokens`` sent to an Anthropic upstream when the OpenAI client set none (the
-    #: Messages API requires it).
-    default_max_tokens: int = bounded(4096, ge=1)
 
 
 @dataclass(frozen=True)

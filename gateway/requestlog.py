@@ -82,6 +82,10 @@ hedged             a hedge was sent (the first call slow to answer: ``[balance]
 path               a pass-through or unserved request's path (its ``route`` is
                    ``passthrough`` or ``unknown``), in its canonical form (gateway.paths), at
                    most 256 characters; else null
+dropped_tools      a Responses request's hosted tools left out of what a translated upstream
+                   was offered (``[translation] hosted_tools = "drop"``), by type, each once
+                   (e.g. ``["web_search"]``: from the known set,
+                   gateway.formats.responses_tools.HOSTED_TOOLS); else null
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -120,7 +124,7 @@ FIELDS = (
     "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
-    "compress_fine", "coalesced", "hedged", "path",
+    "compress_fine", "coalesced", "hedged", "path", "dropped_tools",
 )
 
 
@@ -206,6 +210,7 @@ class RequestRecord:
     coalesced: str | None = None
     hedged: bool = False
     path: str | None = None
+    dropped_tools: list[str] | None = None
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

@@ -3,7 +3,9 @@ Pure, no I/O.
 
 - :func:`parse_request`: a request body checked at the door: ``model``; ``input`` a string
   or an array of items (messages with text and image parts, ``function_call``,
-  ``function_call_output``, reasoning items); ``instructions``; function ``tools``;
+  ``function_call_output``, ``custom_tool_call``, ``custom_tool_call_output``, reasoning
+  items, ``additional_tools`` items with their array of tools); ``instructions``;
+  ``tools`` (each an object with a ``type``);
   ``max_output_tokens``; ``stream``. Other fields pass through to a native upstream.
 - :func:`input_messages`: the input as Chat Completions messages (``instructions`` first as
   the system message), the view the cache keys, the router and the chat translation read.
@@ -33,15 +35,18 @@ from gateway.formats.checks import (
     shown,
 )
 from gateway.formats.ids import random_hex
+from gateway.formats.responses_tools import HOSTED_TOOLS, ToolNames, call_item, declared_tools
 
 __all__ = ["HOSTED_TOOLS", "answer_from_response", "chat_view", "input_messages",
            "parse_request", "response_body", "response_finish_reason", "response_object"]
 
-#: Tools the provider runs itself: only a native OpenAI upstream can serve them.
-HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search",
-                          "code_interpreter", "computer_use_preview", "image_generation",
-                          "mcp", "local_shell", "shell", "apply_patch"})
-_ITEM_TYPES = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+_ITEM_TYPES = frozenset({"message", "function_call", "function_call_output", "reasoning",
+                         "custom_tool_call", "custom_tool_call_output", "additional_tools"})
+#: The items that answer or make a call: each names it by its ``call_id``.
+_CALL_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call",
+                         "custom_tool_call_output"})
+#: Output items of a tool call, in a ``response`` object.
+_CALLS = ("function_call", "custom_tool_call")
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 
 
@@ -101,9 +106,10 @@ def _check_item(item: Any, where: str) -> None:
         if not isinstance(item.get("content"), (str, list)):
             raise invalid_type(f"{where}.content", "a string or an array of parts",
                                item.get("content"))
-    elif kind in ("function_call", "function_call_output") and not isinstance(
-            item.get("call_id"), str):
+    elif kind in _CALL_ITEMS and not isinstance(item.get("call_id"), str):
         raise missing(f"{where}.call_id")
+    elif kind == "additional_tools" and not isinstance(item.get("tools"), list):
+        raise invalid_type(f"{where}.tools", "an array of tools", item.get("tools"))
 
 
 def _part(part: Any, where: str, strict: bool) -> Any:
@@ -139,14 +145,54 @@ def _content(content: Any, where: str, strict: bool) -> Any:
     return parts
 
 
-def input_messages(body: dict[str, Any], strict: bool = True) -> list[dict[str, Any]]:
+def _output(output: Any) -> str:
+    """A call's output as a tool message's text: a string as it is, an array of text parts
+    their texts, anything else its JSON."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and output and all(
+            isinstance(p, dict) and p.get("type") in ("input_text", "output_text")
+            and isinstance(p.get("text"), str) for p in output):
+        return "".join(p["text"] for p in output)
+    return orjson.dumps(output).decode()
+
+
+def _call(item: dict[str, Any], where: str, strict: bool, names: ToolNames
+          ) -> dict[str, Any]:
+    """A ``function_call`` or ``custom_tool_call`` item as a chat tool call, named as the
+    upstream is offered its tool (a custom tool's text as ``{"input": ...}``)."""
+    name, namespace = item.get("name", ""), item.get("namespace")
+    if item["type"] == "custom_tool_call":
+        text = item.get("input", "")
+        if strict:
+            a_string(text, f"{where}.input")
+        arguments: Any = orjson.dumps({"input": text}).decode() if isinstance(text, str) \
+            else text
+    else:
+        arguments = item.get("arguments", "")
+        if strict:
+            a_string(arguments, f"{where}.arguments")
+    if strict:
+        a_string(name, f"{where}.name")
+        if namespace is not None:
+            a_string(namespace, f"{where}.namespace")
+    if isinstance(name, str):
+        name = names.flat(name, namespace if isinstance(namespace, str) else None)
+    return {"id": item["call_id"], "type": "function", "function": {
+        "name": name, "arguments": arguments}}
+
+
+def input_messages(body: dict[str, Any], strict: bool = True,
+                   names: ToolNames | None = None) -> list[dict[str, Any]]:
     """``instructions`` and ``input`` as Chat Completions messages: consecutive
-    ``function_call`` items become one assistant message's ``tool_calls``; a
-    ``function_call_output`` a ``tool`` message; reasoning items are left out (no chat
+    ``function_call`` and ``custom_tool_call`` items become one assistant message's
+    ``tool_calls`` (named as ``names``, made of the request's tools when None, offers them:
+    :class:`~gateway.formats.responses_tools.ToolNames`); a ``function_call_output`` or
+    ``custom_tool_call_output`` a ``tool`` message; reasoning items are left out (no chat
     counterpart). ``strict`` (a translation): raises InvalidRequest (400) naming the field
-    for a part the chat format cannot carry, or a function call's name or arguments that
-    are not strings; else (a view of the request: :func:`chat_view`) such a part is kept as
-    it came."""
+    for a part the chat format cannot carry, or a call's name, arguments, input or
+    namespace that are not strings; else (a view of the request: :func:`chat_view`) such a
+    part is kept as it came."""
     out: list[dict[str, Any]] = []
     if body.get("instructions"):
         out.append({"role": "system", "content": body["instructions"]})
@@ -159,23 +205,18 @@ def input_messages(body: dict[str, Any], strict: bool = True) -> list[dict[str, 
             role = "system" if item["role"] == "developer" else item["role"]
             out.append({"role": role, "content": _content(item["content"],
                                                           f"input[{i}].content", strict)})
-        elif kind == "function_call":
-            name, arguments = item.get("name", ""), item.get("arguments", "")
-            if strict:
-                a_string(name, f"input[{i}].name")
-                a_string(arguments, f"input[{i}].arguments")
-            call = {"id": item["call_id"], "type": "function", "function": {
-                "name": name, "arguments": arguments}}
+        elif kind in _CALLS:
+            if names is None:
+                names = ToolNames(declared_tools(body))
+            call = _call(item, f"input[{i}]", strict, names)
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant" and "tool_calls" in last:
                 last["tool_calls"].append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output", "")
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append({"role": "tool", "tool_call_id": item["call_id"],
-                        "content": output if isinstance(output, str)
-                        else orjson.dumps(output).decode()})
+                        "content": _output(item.get("output", ""))})
     return out
 
 
@@ -184,14 +225,18 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
     fields under their chat names) for cache keys and router features."""
     view = {k: v for k, v in body.items() if k not in ("input", "instructions")}
     view["messages"] = input_messages(body, strict=False)
+    declared = declared_tools(body)
+    if len(declared) > len(view.get("tools") or ()):  # some in additional_tools items
+        view["tools"] = declared
     if "max_output_tokens" in view:
         view["max_completion_tokens"] = view.pop("max_output_tokens")
     return view
 
 
 def answer_from_response(obj: Any, allow_tools: bool) -> Answer | None:
-    """The cacheable answer of a ``response`` object (parsed), or None: not completed, or
-    tool calls when not ``allow_tools``."""
+    """The cacheable answer of a ``response`` object (parsed), or None: not completed, tool
+    calls when not ``allow_tools``, or a call of a custom or namespaced tool (an
+    :class:`~gateway.formats.answer.Answer` names a function alone)."""
     if not isinstance(obj, dict) or obj.get("status") != "completed":
         return None
     texts: list[str] = []
@@ -202,6 +247,8 @@ def answer_from_response(obj: Any, allow_tools: bool) -> Answer | None:
         if item.get("type") == "message":
             texts += [p.get("text", "") for p in item.get("content") or []
                       if isinstance(p, dict) and p.get("type") == "output_text"]
+        elif item.get("type") == "custom_tool_call" or item.get("namespace") is not None:
+            return None  # a call the chat answer cannot name: not kept
         elif item.get("type") == "function_call":
             calls.append({"id": item.get("call_id"), "type": "function", "function": {
                 "name": item.get("name"), "arguments": item.get("arguments", "")}})
@@ -216,8 +263,10 @@ def response_object(answer: Answer, id_: str | None = None, *,
                     status: str = "completed", body: dict[str, Any] | None = None
                     ) -> dict[str, Any]:
     """``answer`` as a ``response`` object: a message item with its text, then a
-    ``function_call`` item per tool call; usage in input/output tokens. ``body``: the
-    request, whose settings the object echoes (instructions, tools, metadata, ...)."""
+    ``function_call`` item per tool call (a ``custom_tool_call`` for a custom tool, named
+    as ``body``'s tools declare it: :func:`~gateway.formats.responses_tools.call_item`);
+    usage in input/output tokens. ``body``: the request, whose settings the object echoes
+    (instructions, tools, metadata, ...)."""
     rid = id_ or "resp_" + random_hex()
     output: list[dict[str, Any]] = []
     if answer.content is not None:
@@ -225,11 +274,9 @@ def response_object(answer: Answer, id_: str | None = None, *,
                        "status": "completed", "role": "assistant",
                        "content": [{"type": "output_text", "text": answer.content,
                                     "annotations": []}]})
-    for call in answer.tool_calls or []:
-        fn = call.get("function") or {}
-        output.append({"type": "function_call", "id": "fc_" + random_hex(),
-                       "call_id": call.get("id"), "name": fn.get("name"),
-                       "arguments": fn.get("arguments", ""), "status": "completed"})
+    if answer.tool_calls:
+        names = ToolNames(declared_tools(body)) if body else None
+        output += [call_item(call, names) for call in answer.tool_calls]
     prompt, completion = answer.prompt_tokens or 0, answer.completion_tokens or 0
     req = body or {}
     return {
@@ -259,7 +306,8 @@ def response_body(answer: Answer, id_: str | None = None) -> bytes:
 
 def response_finish_reason(obj: dict[str, Any]) -> str | None:
     """A ``response`` object's end in chat's words: ``length`` (incomplete at its token
-    limit), ``tool_calls`` (a function call in its output), ``stop``; None when not done."""
+    limit), ``tool_calls`` (a function or custom tool call in its output), ``stop``; None
+    when not done."""
     status = obj.get("status")
     if status == "incomplete":
         return "length"
@@ -267,5 +315,5 @@ def response_finish_reason(obj: dict[str, Any]) -> str | None:
         return None
     output = obj.get("output")
     calls = isinstance(output, list) and any(
-        isinstance(item, dict) and item.get("type") == "function_call" for item in output)
+        isinstance(item, dict) and item.get("type") in _CALLS for item in output)
     return "tool_calls" if calls else "stop"

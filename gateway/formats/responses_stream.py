@@ -30,6 +30,7 @@ __all__ = ["AnswerCollector", "StreamObserver", "error_event", "events_with", "f
            "response_events"]
 
 _END = {"response.completed": "stop", "response.incomplete": "length"}
+_CALLS = ("function_call", "custom_tool_call")
 
 
 def _usage(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -121,7 +122,7 @@ class StreamObserver:
                 self.done = True
                 response = obj.get("response") or {}
                 self.usage = _usage(response) or self.usage
-                calls = any(isinstance(i, dict) and i.get("type") == "function_call"
+                calls = any(isinstance(i, dict) and i.get("type") in _CALLS
                             for i in response.get("output") or ())
                 self.finish_reason = "tool_calls" if calls and kind == "response.completed" \
                     else _END[kind]

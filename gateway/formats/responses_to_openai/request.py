@@ -7,9 +7,8 @@ What maps to what:
 Responses                      Chat Completions
 =============================  ===============================================================
 ``instructions``, ``input``    ``messages`` (:func:`gateway.formats.responses.input_messages`)
-function ``tools``             ``tools`` as ``{"type": "function", "function": {...}}``
-``tool_choice``                the same, a named function as ``{"type": "function",
-                               "function": {"name": ...}}``
+``tools``, ``tool_choice``     ``tools`` as functions (function, namespace and custom tools;
+                               :mod:`.tools`), ``tool_choice`` likewise
 ``text.format`` json_schema    ``response_format`` json_schema (json_object likewise)
 ``max_output_tokens``          ``max_completion_tokens`` (left out when absent: the upstream's
                                default; ``default_max_tokens`` only where the upstream's API
@@ -21,7 +20,8 @@ function ``tools``             ``tools`` as ``{"type": "function", "function": {
 =============================  ===============================================================
 
 A 400 instead: a hosted tool (web search, file search, code interpreter, ...: the upstream
-cannot run it), ``previous_response_id`` (left in only when the gateway's response store
+cannot run it; the policy's ``hosted_tools = "drop"`` leaves them out before, in
+:mod:`gateway.outbound`), ``previous_response_id`` (left in only when the gateway's response store
 does not hold it: :mod:`gateway.response_store.store`), ``conversation`` and ``prompt``
 (a conversation or a prompt template OpenAI keeps: without it the answer would differ);
 ``background`` never gets here (:func:`gateway.formats.responses.parse_request`). Dropped (nothing to say them to; the answer's text does not depend on
@@ -38,7 +38,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.formats.responses import HOSTED_TOOLS, input_messages
+from gateway.formats.responses import input_messages
+from gateway.formats.responses_to_openai.tools import chat_tool_choice, chat_tools
 
 __all__ = ["chat_request"]
 
@@ -49,24 +50,6 @@ _KEPT_UPSTREAM = "is kept by OpenAI: only a native_responses upstream can serve 
 _REFUSED = {"previous_response_id": (_NOT_HELD, "previous_response_not_found"),
             "conversation": (_KEPT_UPSTREAM, "unsupported_parameter"),
             "prompt": (_KEPT_UPSTREAM, "unsupported_parameter")}
-
-
-def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
-    if tool["type"] in HOSTED_TOOLS or tool["type"] != "function":
-        raise InvalidRequest(f"tool type {tool['type']!r} is run by OpenAI itself; this "
-                             "model's upstream cannot run it", param=f"tools[{i}]",
-                             code="unsupported_tool")
-    fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-    return {"type": "function", "function": fn}
-
-
-def _tool_choice(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    if isinstance(choice, dict):
-        raise InvalidRequest(f"tool_choice {choice.get('type')!r} cannot be served by this "
-                             "upstream", param="tool_choice", code="unsupported_tool")
-    return choice
 
 
 def _response_format(text: Any) -> dict[str, Any] | None:
@@ -89,18 +72,21 @@ def chat_request(body: dict[str, Any], model: str, default_max_tokens: int
     for key, (why, code) in _REFUSED.items():
         if body.get(key):
             raise InvalidRequest(f"'{key}' {why}", param=key, code=code)
-    out: dict[str, Any] = {"model": model, "messages": input_messages(body)}
-    if body.get("tools"):
-        out["tools"] = [_tool(t, i) for i, t in enumerate(body["tools"])]
+    tools, names = chat_tools(body)
+    out: dict[str, Any] = {"model": model, "messages": input_messages(body, names=names)}
+    if tools:
+        out["tools"] = tools
     if "tool_choice" in body:
-        out["tool_choice"] = _tool_choice(body["tool_choice"])
+        choice = chat_tool_choice(body["tool_choice"], names, bool(tools))
+        if choice is not None or body["tool_choice"] is None:
+            out["tool_choice"] = choice
     fmt = _response_format(body.get("text"))
     if fmt is not None:
         out["response_format"] = fmt
     if body.get("max_output_tokens"):  # absent: the upstream's own default, as asked
         out["max_completion_tokens"] = body["max_output_tokens"]
     for key in _SAME:
-        if key in body:
+        if key in body and (tools or key != "parallel_tool_calls"):
             out[key] = body[key]
     if body.get("stream"):
         out["stream"] = True

@@ -10,11 +10,15 @@ Events, each with its ``event:`` line and a ``sequence_number`` counting from 0:
 - ``content`` -> on its first piece ``response.output_item.added`` (a message item) and
   ``response.content_part.added`` (an ``output_text`` part), then ``response.output_text.delta``;
 - each new ``tool_calls`` index -> the open item done, ``response.output_item.added`` (a
-  ``function_call`` item: ``call_id``, ``name``), argument pieces as
-  ``response.function_call_arguments.delta``;
+  ``function_call`` item: ``call_id``, ``name``, and ``namespace`` for a namespaced tool,
+  named as the request declared it: :class:`~gateway.formats.responses_tools.ToolNames`),
+  argument pieces as ``response.function_call_arguments.delta``; for a custom tool, a
+  ``custom_tool_call`` item, and its text's pieces as ``response.custom_tool_call_input.delta``
+  (:class:`~gateway.formats.tool_input.InputStream`);
 - ``[DONE]`` -> the open item done (``response.output_text.done``,
   ``response.content_part.done``, ``response.output_item.done``; or
-  ``response.function_call_arguments.done`` and ``response.output_item.done``), then
+  ``response.function_call_arguments.done`` (``response.custom_tool_call_input.done``) and
+  ``response.output_item.done``), then
   ``response.completed`` with the whole response and its usage (``response.incomplete`` when
   the upstream stopped at its token limit);
 - an upstream error -> an ``error`` event (``code``, ``message``), and nothing after it.
@@ -34,6 +38,8 @@ import orjson
 from gateway.formats.answer import Answer
 from gateway.formats.ids import random_hex
 from gateway.formats.responses import response_object
+from gateway.formats.responses_tools import ToolNames, declared_tools
+from gateway.formats.tool_input import InputStream
 from gateway.formats.translator import ChunkTranslator
 from llm_wire.sse import json_event
 
@@ -48,8 +54,8 @@ class ResponsesStreamFromChat(ChunkTranslator):
     """Chat Completions chunks in, Responses events out; ``request``: the Responses request
     (its settings are echoed in the response objects)."""
 
-    __slots__ = ("_id", "_items", "_model", "_open", "_pieces", "_request", "_seq", "_tools",
-                 "_usage")
+    __slots__ = ("_id", "_inputs", "_items", "_model", "_names", "_open", "_pieces", "_request",
+                 "_seq", "_tools", "_usage")
     _invalid_type = "upstream_error"
 
     def __init__(self, request: dict[str, Any] | None = None) -> None:
@@ -62,6 +68,8 @@ class ResponsesStreamFromChat(ChunkTranslator):
         self._open: dict[str, Any] | None = None  # the item being streamed
         self._pieces: list[str] = []  # the open message's text so far
         self._tools: dict[Any, dict[str, Any]] = {}  # chat tool call index -> its item
+        self._inputs: dict[str, InputStream] = {}  # a custom tool call's id -> its text
+        self._names: ToolNames | None = None  # made at the first tool call
         self._usage: dict[str, Any] = {}
 
     def _emit(self, kind: str, fields: dict[str, Any]) -> bytes:
@@ -123,6 +131,25 @@ class ResponsesStreamFromChat(ChunkTranslator):
         return out + _DELTA % (seq, message["id"].encode(), len(self._items) - 1,
                                orjson.dumps(text))
 
+    def _item(self, call: dict[str, Any], name: Any) -> dict[str, Any]:
+        """The output item a new tool call opens, named as the request declared its tool."""
+        if self._names is None:
+            self._names = ToolNames(declared_tools(self._request))
+        ref = self._names.ref(name) if isinstance(name, str) else None
+        call_id = call.get("id") or "call_" + random_hex()
+        if ref is not None and ref.custom:
+            item: dict[str, Any] = {"type": "custom_tool_call", "id": "ctc_" + random_hex(),
+                                    "call_id": call_id, "name": ref.name, "input": "",
+                                    "status": "in_progress"}
+            self._inputs[item["id"]] = InputStream()
+        else:
+            item = {"type": "function_call", "id": "fc_" + random_hex(), "call_id": call_id,
+                    "name": ref.name if ref is not None else name or "", "arguments": "",
+                    "status": "in_progress"}
+        if ref is not None and ref.namespace is not None:
+            item["namespace"] = ref.namespace
+        return item
+
     def _tool(self, call: dict[str, Any]) -> bytes:
         key = call.get("index", len(self._tools))
         function = call.get("function")
@@ -131,18 +158,20 @@ class ResponsesStreamFromChat(ChunkTranslator):
         out = b""
         item = self._tools.get(key)
         if item is None:
-            item = {"type": "function_call", "id": "fc_" + random_hex(),
-                    "call_id": call.get("id") or "call_" + random_hex(),
-                    "name": function.get("name") or "", "arguments": "",
-                    "status": "in_progress"}
-            self._tools[key] = item
+            item = self._tools[key] = self._item(call, function.get("name"))
             out = self._add(item)
         args = function.get("arguments")
         if not args or not isinstance(args, str):
             return out
-        item["arguments"] += args
-        return out + self._emit("response.function_call_arguments.delta", {
-            "item_id": item["id"], "output_index": self._items.index(item), "delta": args})
+        where = {"item_id": item["id"], "output_index": self._items.index(item)}
+        stream = self._inputs.get(item["id"])
+        if stream is None:
+            item["arguments"] += args
+            return out + self._emit("response.function_call_arguments.delta",
+                                    {**where, "delta": args})
+        text = stream.feed(args)
+        return out + (self._emit("response.custom_tool_call_input.delta",
+                                 {**where, "delta": text}) if text else b"")
 
     def _close(self) -> bytes:
         """The open item's closing events (b"" when none is open)."""
@@ -161,6 +190,14 @@ class ResponsesStreamFromChat(ChunkTranslator):
                 "item_id": item["id"], "output_index": index, "content_index": 0,
                 "part": part}))
             item["content"] = [part]
+        elif item["type"] == "custom_tool_call":
+            where = {"item_id": item["id"], "output_index": index}
+            item["input"], rest = self._inputs.pop(item["id"]).rest()
+            if rest:
+                out.append(self._emit("response.custom_tool_call_input.delta",
+                                      {**where, "delta": rest}))
+            out.append(self._emit("response.custom_tool_call_input.done",
+                                  {**where, "input": item["input"]}))
         else:
             out.append(self._emit("response.function_call_arguments.done", {
                 "item_id": item["id"], "output_index": index,

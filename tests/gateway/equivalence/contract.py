@@ -27,6 +27,15 @@ Stage compress (when :attr:`Allowed.compress`): the current turn's texts (after 
 assistant message; the system prompt never, ``compression.system`` being off) may be
 compressed on the terms of :mod:`~tests.gateway.equivalence.compressed`; none at or before
 a client's ``cache_control`` marker. Stages cache, rate_limit and admission change nothing.
+
+Between APIs the request is translated, so nothing is compared for equality; but a
+Responses request's tools keep T1 (:mod:`~tests.gateway.equivalence.responses_rules`):
+
+- T1 to a native upstream, every tool as it came; translated, one function per tool the
+  client runs itself (function, custom, each tool of a namespace) under unique names, and
+  the hosted tools (``web_search``, ``file_search``, ...) left out, named in the answer's
+  ``x-gateway-dropped-tools`` (the policy's default ``[translation] hosted_tools =
+  "drop"``): :func:`responses_tools`.
 """
 
 from __future__ import annotations
@@ -39,9 +48,10 @@ import orjson
 from tests.gateway.equivalence.anthropic_rules import anthropic
 from tests.gateway.equivalence.diff import first_difference, shorten
 from tests.gateway.equivalence.openai_rules import openai
+from tests.gateway.equivalence.responses_rules import responses_tools
 from tests.gateway.equivalence.rules import Allowed, Verdict, canonical
 
-__all__ = ["Allowed", "Verdict", "check"]
+__all__ = ["Allowed", "Verdict", "check", "responses_tools"]
 
 
 def check(api: str, client: dict[str, Any], upstream: Any, allowed: Allowed) -> Verdict:

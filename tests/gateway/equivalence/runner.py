@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from tests.gateway.equivalence.contract import check
+from tests.gateway.equivalence.contract import check, responses_tools
 from tests.gateway.equivalence.corpus import Item, anthropic_body
 from tests.gateway.equivalence.harness import ROUTERS, Gateway
 
@@ -255,7 +255,8 @@ def _judge(gw: Gateway, request: Request, answer: Answer, found: dict[str, Any],
         return
     direction = request.direction
     if direction is not None and not (direction.same and direction.api in APIS):
-        why = _translated(direction, client, answer, any(found.values()))
+        why = _translated(direction, client, answer, any(found.values())) or \
+            _tools(direction, client, answer, found)
         tally.translated += 1
         if why is not None:
             tally.failures.append(f"{where}: {why}")
@@ -298,6 +299,22 @@ def _translated(direction: Direction, client: Any, answer: Answer, received: boo
           "responses": lambda: body.get("object") == "response",
           "count_tokens": lambda: isinstance(body.get("input_tokens"), int)}[direction.api]()
     return None if ok else f"not a {direction.api} answer: {answer.text[:160]!r}"
+
+
+def _tools(direction: Direction, client: Any, answer: Answer, found: dict[str, Any]
+           ) -> str | None:
+    """T1 for a Responses request's tools (:func:`~.contract.responses_tools`), where an
+    upstream received it (whichever: a fuzzed ``model`` may name another's model)."""
+    if direction.api != "responses" or not isinstance(client, dict):
+        return None
+    record, upstream = found.get("anthropic"), "anthropic"
+    if record is None:
+        record = found.get("openai")
+        if record is None:
+            return None
+        upstream = "responses" if record.path.endswith("/responses") else "openai"
+    return responses_tools(upstream, client, _exact(record.body),
+                           answer.headers.get("x-gateway-dropped-tools"))
 
 
 def _exact(raw: bytes) -> Any:

@@ -135,6 +135,50 @@ _RESPONSES: list[tuple[str, dict[str, Any]]] = [
         "tools": [{"type": "function", **_TOOL, "strict": True}],
         "tool_choice": {"type": "function", "name": "weather"},
         "parallel_tool_calls": False, "stream": True}),
+    # as Codex CLI sends them: MCP tools in a namespace, a freeform (custom) tool with a
+    # grammar, a hosted tool, and the custom tool's call and output on a later turn
+    ("responses agent tools", {"instructions": "You are a coding agent.", "input": [
+        {"type": "message", "role": "developer", "content": [
+            {"type": "input_text", "text": "Sandbox: workspace-write."}]},
+        {"role": "user", "content": "Add hello.txt, then file an issue."},
+        {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch",
+         "input": "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"},
+        {"type": "custom_tool_call_output", "call_id": "call_p", "output": "Done!"},
+        {"type": "function_call", "call_id": "call_i", "name": "create_issue",
+         "namespace": "mcp__github", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_i", "output": [
+            {"type": "input_text", "text": "#1"}]}],
+        "tools": [{"type": "function", "name": "exec_command", "strict": False,
+                   "parameters": SCHEMA},
+                  {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+                   "format": {"type": "grammar", "syntax": "lark",
+                              "definition": "start: begin_patch hunk+ end_patch"}},
+                  {"type": "namespace", "name": "mcp__github", "description": "GitHub.",
+                   "tools": [{"type": "function", **_TOOL, "name": "create_issue"},
+                             {"type": "custom", "name": "comment"}]},
+                  {"type": "web_search", "external_web_access": False}],
+        "tool_choice": "auto", "parallel_tool_calls": False, "store": False,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "session-1",
+        "stream": True}),
+    # Codex CLI 0.171 with its default model: every tool in an additional_tools item
+    ("responses additional tools", {"input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [
+                {"type": "custom", "name": "exec", "description": "Run JavaScript.",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+                {"type": "function", **_TOOL, "name": "wait", "strict": False}]},
+            {"type": "namespace", "name": "clock", "description": "Clock.", "tools": [
+                {"type": "function", **_TOOL, "name": "sleep"}]},
+            {"type": "web_search"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "Run it."}]},
+        {"type": "custom_tool_call", "call_id": "call_e", "name": "exec",
+         "namespace": "functions", "input": "text(1 + 1)"},
+        {"type": "custom_tool_call_output", "call_id": "call_e", "output": [
+            {"type": "input_text", "text": "2"}]}],
+        "tool_choice": "auto", "parallel_tool_calls": False, "store": False,
+        "reasoning": {"effort": "low", "context": "all_turns"},
+        "text": {"verbosity": "low"}, "client_metadata": {"k": "v"}}),
     ("responses structured output", {"input": "A city, please.",
                                      "text": {"format": {"type": "json_schema", "name": "city",
                                                          "schema": SCHEMA, "strict": True}},

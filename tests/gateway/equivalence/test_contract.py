@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.equivalence.builtin import NOW, STRUCTURED
-from tests.gateway.equivalence.contract import Allowed, check
+from tests.gateway.equivalence.contract import Allowed, check, responses_tools
 from tests.gateway.equivalence.lines import enclosed, is_metadata
 from tests.gateway.equivalence.relocation import MARKER
 
@@ -177,3 +177,53 @@ def test_the_checkers_own_reading_of_lines():
     free = {lines[i] for i in range(len(lines)) if i not in enclosed(STRUCTURED)}
     assert "Current date: 2024-05-15" in free
     assert not {line for line in free if "2024" in line} - {"Current date: 2024-05-15"}
+
+
+AGENT_TOOLS: list[Any] = [
+    {"type": "function", "name": "exec", "parameters": {"type": "object"}},
+    {"type": "custom", "name": "apply_patch"},
+    {"type": "namespace", "name": "mcp__gh", "description": "", "tools": [
+        {"type": "function", "name": "create_issue"}, {"type": "custom", "name": "note"}]},
+    {"type": "web_search"}, {"type": "image_generation"}, {"type": "web_search"}]
+CHAT_NAMES = ["exec", "apply_patch", "mcp__gh__create_issue", "mcp__gh__note"]
+DROPPED = "web_search, image_generation"
+
+
+def offered(*names: str, anthropic: bool = False) -> dict[str, Any]:
+    if anthropic:
+        return {"tools": [{"name": n, "input_schema": {}} for n in names]}
+    return {"tools": [{"type": "function", "function": {"name": n}} for n in names]}
+
+
+def test_t1_a_translated_responses_request_offers_what_the_client_runs():
+    client = {"model": "gpt", "input": "hi", "tools": AGENT_TOOLS}
+    assert responses_tools("openai", client, offered(*CHAT_NAMES), DROPPED) is None
+    assert responses_tools("anthropic", client, offered(*CHAT_NAMES, anthropic=True),
+                           DROPPED) is None
+    for received, header, error in [
+        (offered(*CHAT_NAMES), None, "x-gateway-dropped-tools"),  # dropped, unsaid
+        (offered(*CHAT_NAMES), "web_search", "x-gateway-dropped-tools"),
+        (offered(*CHAT_NAMES[:3]), DROPPED, "4 functions expected"),
+        (offered("exec", "apply_patch", "x", "x"), DROPPED, "two tools offered under one"),
+        (offered("exec2", *CHAT_NAMES[1:]), DROPPED, "a top-level tool's name changed"),
+        (offered(*CHAT_NAMES[:3], "mcp gh note"), DROPPED, "a name upstream would refuse"),
+    ]:
+        assert error in str(responses_tools("openai", client, received, header))
+    added = {"model": "gpt", "tools": AGENT_TOOLS[:2], "input": [
+        {"type": "additional_tools", "role": "developer", "tools": AGENT_TOOLS[2:]}]}
+    assert responses_tools("openai", added, offered(*CHAT_NAMES), DROPPED) is None
+    assert "4 functions expected" in str(responses_tools("openai", added,
+                                                         offered(*CHAT_NAMES[:2]), DROPPED))
+    plain = {"model": "gpt", "input": "hi"}
+    assert responses_tools("openai", plain, {"messages": []}, None) is None
+    assert "x-gateway-dropped-tools" in str(responses_tools("openai", plain, {}, "web_search"))
+
+
+def test_t1_a_native_upstream_gets_every_tool_as_it_came():
+    client = {"model": "gpt-native", "input": "hi", "tools": AGENT_TOOLS}
+    reordered = {**client, "tools": AGENT_TOOLS[::-1]}
+    assert responses_tools("responses", client, reordered, None) is None
+    assert "every tool as it came" in str(responses_tools(
+        "responses", client, {**client, "tools": AGENT_TOOLS[:3]}, None))
+    assert "from a native upstream" in str(responses_tools("responses", client, client,
+                                                           "web_search"))
