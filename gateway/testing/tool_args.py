@@ -5,7 +5,7 @@ completions, Responses, Anthropic Messages):
 
 - ``agent``: answer as a model driving an agent would, so that a real client's own tool runs.
   The tool is chosen by name from ``x-fake-tool-prefer`` (comma-separated), else
-  :data:`PREFERRED` (the read and shell tools of Claude Code, Codex and opencode), else the
+  :data:`PREFERRED` (the shell and read tools of Claude Code, Codex and opencode), else the
   first tool offered. Its arguments are made from its own JSON Schema (:func:`arguments`):
   the required properties, of their types, enums and bounds, with values that mean something
   for well-known names (``command``/``cmd``: :data:`COMMAND`; ``file_path``/``filePath``/
@@ -48,9 +48,10 @@ MARKER = "compat-42"
 COMMAND = "echo compat-$((40+2))"
 #: The file a read tool is asked for, in the client's working directory.
 FILE = "compat.txt"
-#: Tool names preferred, in order (Claude Code, Codex, opencode, older Codex, shells).
-PREFERRED = ("Read", "read", "exec", "exec_command", "shell_command", "shell", "local_shell",
-             "Bash", "bash", "read_file", "apply_patch")
+#: Tool names preferred, in order: shells (Claude Code's, opencode's, Codex's code mode
+#: and its older shell tools), then file readers, then Codex's patch tool.
+PREFERRED = ("Bash", "bash", "exec", "exec_command", "shell_command", "shell", "local_shell",
+             "Read", "read", "read_file", "apply_patch")
 _JS = f'const r = await tools.exec_command({{cmd: "{COMMAND}"}});\ntext(r.output);\n'
 _PATCH = f"*** Begin Patch\n*** Add File: compat-patch.txt\n+{MARKER}\n*** End Patch\n"
 _CWD = re.compile(r"(?:working directory|<cwd>)\s*:?\s*(/[^\s<\"\\]*)", re.IGNORECASE)
