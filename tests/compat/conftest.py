@@ -2,9 +2,10 @@
 pyproject's ``--ignore``): the clients installed on first use (install.py), the fake upstreams
 for the session, and :func:`stack`, a fresh gateway for each test (stack.py).
 
-Each test's files are in ``.cache/compat/runs/<test>/`` (``home/``, ``work/``, the gateway's
-config), kept until the test runs again so a failure can be looked into; not under /tmp,
-where Codex refuses to put its helper binaries. At the end the session prints one line per
+Each test's files are in ``.cache/compat/runs/<test>/`` (``home/``, ``work/``, ``tmp/``, the
+gateway's config, and what the clients sent: ``exchanges.json``, ``upstream.json``), kept
+until the test runs again so a failure can be looked into; not under /tmp, where Codex
+refuses to put its helper binaries. At the end the session prints one line per
 client run: what it was, its outcome and every status the gateway answered.
 """
 
@@ -106,6 +107,7 @@ def stack(request: pytest.FixtureRequest, clients: Clients,
     outcome = request.node.stash.get(_OUTCOME, "?")
     for made_stack in made:
         made_stack.server.stop()
+        made_stack.dump(folder)
         seconds = sum(run.seconds for run in made_stack.runs)
         codes = ",".join(str(run.returncode) for run in made_stack.runs)
         request.config.stash[_LINES].append(

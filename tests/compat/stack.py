@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
@@ -94,12 +97,20 @@ targets = [{{ upstream = "{gpt}", model = "gpt-compat-upstream" }}]
 
 @dataclass
 class Exchange:
-    """One request as the gateway answered it; ``body``: an error answer's first 2 KB."""
+    """One request as the gateway answered it: the client's headers (no keys) and body, the
+    status and ``body``, an error answer's first 2 KB."""
 
     method: str
     path: str
+    headers: dict[str, str] = field(default_factory=dict)
+    request: bytes = b""
     status: int | None = None
     body: bytes = b""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "path": self.path, "headers": self.headers,
+                "request": _readable(self.request), "status": self.status,
+                "answer": _readable(self.body)}
 
     def __str__(self) -> str:
         text = self.body.decode("utf-8", "replace").strip()
@@ -121,8 +132,17 @@ class Recorder:
             await self.app(scope, receive, send)
             return
         websocket = scope["type"] == "websocket"
-        exchange = Exchange("WEBSOCKET" if websocket else scope["method"], scope["path"])
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                   if k.lower() not in _SECRET}
+        exchange = Exchange("WEBSOCKET" if websocket else scope["method"], scope["path"],
+                            headers)
         self.exchanges.append(exchange)
+
+        async def reading() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                exchange.request += message.get("body", b"")
+            return message
 
         async def noting(message: Message) -> None:
             kind = message["type"]
@@ -136,7 +156,18 @@ class Recorder:
                 exchange.body = (exchange.body + message.get("body", b""))[:2048]
             await send(message)
 
-        await self.app(scope, receive, noting)
+        await self.app(scope, reading, noting)
+
+
+_SECRET = frozenset({b"authorization", b"x-api-key", b"api-key", b"cookie"})
+
+
+def _readable(body: bytes) -> Any:
+    """A body for a JSON report: its JSON, else its text."""
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace")
 
 
 @dataclass
@@ -162,9 +193,13 @@ def run_client(argv: list[str], cwd: Path, env: dict[str, str],
         out, err = process.communicate(timeout=timeout)
         code: int | None = process.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
+        os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
         code = None
+    try:  # what it left running (a sandbox helper, a language server)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     return ClientRun(argv, code, out, err, time.monotonic() - started)
 
 
@@ -184,10 +219,12 @@ class Stack:
     runs: list[ClientRun] = field(default_factory=list)
 
     def env(self, **extra: str) -> dict[str, str]:
-        """A client's environment: nothing of this machine's user but PATH and the locale;
-        HOME and the XDG folders in the test's home."""
+        """A client's environment: nothing of this machine's user but PATH; HOME, the XDG
+        folders and TMPDIR in the test's folder."""
+        tmp = self.home.parent / "tmp"
+        tmp.mkdir(exist_ok=True)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "HOME": str(self.home), "TERM": "dumb", "NO_COLOR": "1",
+               "HOME": str(self.home), "TERM": "dumb", "NO_COLOR": "1", "TMPDIR": str(tmp),
                "XDG_CONFIG_HOME": str(self.home / ".config"),
                "XDG_CACHE_HOME": str(self.home / ".cache"),
                "XDG_DATA_HOME": str(self.home / ".local" / "share"),
@@ -242,6 +279,17 @@ class Stack:
             f"no tool result holding {MARKER!r} reached an upstream; tool results: "
             f"{[t[:200] for t in self.tool_outputs()]}\n" + self.report())
 
+    def dump(self, folder: Path) -> None:
+        """Write what the clients sent the gateway (``exchanges.json``: every request, its
+        headers less keys, its body, the answer's status and an error's body) and what the
+        fakes got (``upstream.json``) into ``folder``."""
+        (folder / "exchanges.json").write_bytes(orjson.dumps(
+            [e.as_dict() for e in self.recorder.exchanges], option=orjson.OPT_INDENT_2))
+        got = [{"path": r.path, "method": r.method, "headers": {
+            k: v for k, v in r.headers.items() if k.encode() not in _SECRET}, "body": r.json}
+            for r in [*self.openai.records, *self.anthropic.records]]
+        (folder / "upstream.json").write_bytes(orjson.dumps(got, option=orjson.OPT_INDENT_2))
+
     def report(self) -> str:
         """What the client did and what the gateway answered, for a failing assertion."""
         lines = []
@@ -256,7 +304,8 @@ class Stack:
                      f"{len(self.logged_errors())} errors " + "; ".join(
                          f"{r.get('route')} {r.get('status')} {r.get('error_type')}"
                          for r in self.logged_errors()))
-        lines.append(f"upstreams got: {len(self.upstream_bodies())} requests")
+        lines.append(f"upstreams got: {len(self.upstream_bodies())} requests (the bodies: "
+                     f"exchanges.json and upstream.json in {self.workdir.parent})")
         return "\n".join(lines)
 
     def summary(self) -> str:
