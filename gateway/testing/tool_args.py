@@ -53,7 +53,7 @@ FILE = "compat.txt"
 PREFERRED = ("Bash", "bash", "exec", "exec_command", "shell_command", "shell", "local_shell",
              "Read", "read", "read_file", "apply_patch")
 _JS = f'const r = await tools.exec_command({{cmd: "{COMMAND}"}});\ntext(r.output);\n'
-_PATCH = f"*** Begin Patch\n*** Add File: compat-patch.txt\n+{MARKER}\n*** End Patch\n"
+_PATCH = "*** Begin Patch\n*** Add File: compat-patch.txt\n+compat\n*** End Patch\n"
 _CWD = re.compile(r"(?:working directory|<cwd>)\s*:?\s*(/[^\s<\"\\]*)", re.IGNORECASE)
 _SEPARATORS = re.compile(r"__|[.:/]")
 
@@ -133,11 +133,15 @@ def _any_result(api: str, data: Any, conversation: list[dict[str, Any]] | None) 
 
 
 def choose(tools: list[Tool], prefer: Iterable[str] = PREFERRED) -> Tool | None:
-    """The first tool whose name (less a ``ns__``, ``ns.`` prefix) is in ``prefer``, in its
-    order; else the first tool; None when there are none."""
+    """The first tool whose name is in ``prefer``, in its order, less a namespace prefix
+    (``ns__``, ``ns.``; else ``ns_``: how a gateway may flatten a namespace); else the first
+    tool; None when there are none."""
     for wanted in prefer:
         for tool in tools:
             if _SEPARATORS.split(tool.name)[-1] == wanted:
+                return tool
+        for tool in tools:
+            if tool.name.endswith("_" + wanted):
                 return tool
     return tools[0] if tools else None
 
@@ -172,9 +176,9 @@ def _properties(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _freeform(tool: Tool) -> str:
     name = _SEPARATORS.split(tool.name)[-1]
-    if name == "exec" and "javascript" in tool.description.lower():
+    if name.endswith("exec") and "javascript" in tool.description.lower():
         return _JS
-    return _PATCH if name == "apply_patch" else "compat"
+    return _PATCH if name.endswith("apply_patch") else "compat"
 
 
 def _value(schema: Any, root: Any, key: str, cwd: str | None, depth: int) -> Any:

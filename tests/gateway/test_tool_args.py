@@ -78,6 +78,8 @@ def test_the_tool_is_chosen_by_preference_else_the_first() -> None:
     assert choose(tools).name == "Bash"
     assert choose(tools, ["exec"]).name == "functions__exec"  # a namespace prefix is no bar
     assert choose(tools, ["nope"]).name == "get_weather"
+    assert choose([Tool("functions_wait"), Tool("functions_exec")], ["exec"]).name == \
+        "functions_exec"
     assert choose([]) is None
     found = offered("responses", {"input": [CODEX_TOOLS], "tools": [
         {"type": "web_search"}, {"type": "function", "name": "f", "parameters": {}}]})
