@@ -85,12 +85,13 @@ type = "anthropic"
 base_url = "{anthropic_url}"
 {upstream}
 
-# Families, as a new user writes them (issue 46: model entries by pattern).
+# Families, as a new user writes them (issue 46: model entries by pattern), the id passed
+# through ("{{model}}": a template; before patterns, a name no client sends).
 [models."claude-*"]
-targets = [{{ upstream = "{claude}", model = "claude-compat-upstream" }}]
+targets = [{{ upstream = "{claude}", model = "{{model}}" }}]
 
 [models."gpt-*"]
-targets = [{{ upstream = "{gpt}", model = "gpt-compat-upstream" }}]
+targets = [{{ upstream = "{gpt}", model = "{{model}}" }}]
 
 {models}"""
 
