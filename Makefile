@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= gateway.example.toml
 
-.PHONY: install run test fuzz typecheck bench clean
+.PHONY: install run test fuzz compat typecheck bench clean
 
 install: $(STAMP)
 
@@ -42,6 +42,14 @@ test: $(STAMP)
 # (tests/gateway/equivalence/test_fuzz.py; `make test` runs 1,000 per direction and policy).
 fuzz: $(STAMP)
 	GATEWAY_FUZZ_COUNT=5000 $(PY) -m pytest -q tests/gateway/equivalence/test_fuzz.py
+
+# The compatibility suite (issue 46): real clients (Claude Code, Codex CLI, opencode, the
+# OpenAI Agents SDK, LangChain), pinned in tests/compat/install.py and installed on first use
+# into .cache/compat (npm and PyPI, ~1 GB), each run against the gateway over the fake
+# upstreams; its own step, as `make test` leaves tests/compat out (pyproject's --ignore).
+compat: $(STAMP)
+	$(PY) tests/compat/install.py
+	$(PY) -m pytest -q tests/compat
 
 # mypy --strict over the files pyproject.toml names: gateway, local_engine, llm_wire.
 typecheck: $(STAMP)

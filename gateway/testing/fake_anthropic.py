@@ -20,7 +20,7 @@ the field. Steering headers (as in the OpenAI fake):
 ``x-fake-stop-reason``      stop_reason of the answer (default end_turn)
 ``x-fake-cache-read``       usage.cache_read_input_tokens (input_tokens excludes them)
 ``x-fake-cache-write``      usage.cache_creation_input_tokens (likewise)
-``x-fake-tool``             then call the first custom tool, if any, with ``{"x": 1}``
+``x-fake-tool``             then call the first custom tool with ``{"x": 1}`` (``agent``: tool_args)
 ``x-fake-thinking``         first a thinking block of N words, with a signature
 ``x-fake-no-system-role``   the model takes no system-role message in ``messages`` (as
                             Claude models before Opus 4.8): a 400 when one is there
@@ -46,6 +46,7 @@ from gateway.testing.anthropic_rules import (
 )
 from gateway.testing.fake_responses import json_instance
 from gateway.testing.fake_upstream import FakeUpstream, Record, _send_json, _wait
+from gateway.testing.tool_args import anthropic_tool_use
 from gateway.types import Message, Send
 
 __all__ = ["ApiError", "FakeAnthropic", "Record", "check_headers", "count_tokens",
@@ -77,9 +78,7 @@ def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) ->
     text = orjson.dumps(json_instance(fmt.get("schema"))).decode() if isinstance(fmt, dict) \
         and fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
     content += [{"type": "text", "text": text}] if n else []
-    custom = [t["name"] for t in data.get("tools") or () if t.get("type") in (None, "custom")]
-    tool = {"type": "tool_use", "id": f"toolu_fake{uuid.uuid4().hex[:20]}", "name": custom[0],
-            "input": {"x": 1}} if "x-fake-tool" in headers and custom and n == wanted else None
+    tool = anthropic_tool_use(data, headers) if n == wanted else None
     content += [tool] if tool else []
     stop = headers.get("x-fake-stop-reason") or (
         "max_tokens" if n < wanted else "tool_use" if tool else "end_turn")

@@ -27,7 +27,9 @@ Steering headers (the module docstring of ``fake_upstream`` has the whole table)
 ``x-fake-die-after`` (drop the connection after N deltas), ``x-fake-finish`` (``length``:
 status ``incomplete``), ``x-fake-usage: 0`` (usage null), ``x-fake-tool`` (call the first
 function tool with ``{"x": 1}``, or ``x-fake-tool-args``; ``once``: only while the
-conversation holds no ``function_call_output``).
+conversation holds no ``function_call_output``; ``agent``: a client's own tool, function or
+custom, namespaced or not, with valid arguments, once: :mod:`gateway.testing.tool_args`).
+A custom tool's call streams ``response.custom_tool_call_input.delta``/``.done``.
 
 Structured outputs: with ``text.format.type == "json_schema"`` the text is
 :func:`json_instance` of the schema, so an SDK's ``output_parsed`` works; the chat side uses
@@ -48,6 +50,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.testing.tool_args import responses_call
 from gateway.types import Message, Send
 
 __all__ = ["FakeResponses", "Recorded", "json_instance", "schema_of", "text_pieces",
@@ -267,18 +270,11 @@ def _response(data: dict[str, Any], headers: dict[str, str],
               conversation: list[dict[str, Any]]) -> dict[str, Any]:
     """The finished ``response`` object for a request continuing ``conversation``."""
     tools = data.get("tools") or []
-    name = next((t.get("name") for t in tools
-                 if isinstance(t, dict) and t.get("type") == "function"), None)
-    steer = headers.get("x-fake-tool")
-    if steer == "once" and any(i.get("type") == "function_call_output" for i in conversation):
-        name = None
+    call = responses_call(data, headers, conversation)
     incomplete = headers.get("x-fake-finish") == "length"
     status = "incomplete" if incomplete else "completed"
-    if steer and name:
-        output = [{"id": _id("fc"), "type": "function_call", "status": "completed",
-                   "call_id": _id("call"), "name": name,
-                   "arguments": headers.get("x-fake-tool-args", '{"x": 1}')}]
-        produced = 1
+    if call is not None:
+        output, produced = [call], 1
     else:
         pieces = text_pieces(int(headers.get("x-fake-tokens", 8)), schema_of(data))
         output = [{"id": _id("msg"), "type": "message", "status": status, "role": "assistant",
@@ -316,14 +312,15 @@ def _events(response: dict[str, Any], headers: dict[str, str]
     yield "response.in_progress", {"response": start}
     for index, item in enumerate(response["output"]):
         at = {"item_id": item["id"], "output_index": index}
-        if item["type"] == "function_call":
+        if item["type"] in ("function_call", "custom_tool_call"):
+            field, kind = ("arguments", "function_call_arguments") if item["type"] == \
+                "function_call" else ("input", "custom_tool_call_input")
             yield "response.output_item.added", {
-                "output_index": index, "item": {**item, "status": "in_progress",
-                                                "arguments": ""}}
-            args = item["arguments"]
+                "output_index": index, "item": {**item, "status": "in_progress", field: ""}}
+            args = item[field]
             for piece in (args[:3], args[3:]):
-                yield "response.function_call_arguments.delta", {**at, "delta": piece}
-            yield "response.function_call_arguments.done", {**at, "arguments": args}
+                yield f"response.{kind}.delta", {**at, "delta": piece}
+            yield f"response.{kind}.done", {**at, field: args}
         else:
             [part] = item["content"]
             yield "response.output_item.added", {

@@ -23,7 +23,10 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             the JSON of ``x-fake-tool-args``) instead of answering text (chat:
                             finish_reason "tool_calls"); ``once``: only while no tool result is
                             in the conversation (chat: a ``tool`` message; Responses: a
-                            ``function_call_output`` item), so an agent's loop ends
+                            ``function_call_output`` item), so an agent's loop ends; ``agent``:
+                            a real client's own tool, with arguments valid for its schema,
+                            once (:mod:`gateway.testing.tool_args`: ``x-fake-tool-prefer``,
+                            ``x-fake-tool-dir``)
 ``x-fake-cache-scope``      with ``simulate_cache``: which simulated cache (default "")
 ``x-fake-clock``            with ``simulate_cache``: the simulated time (s) of the request
 ``x-fake-hold``             answer only once the test calls ``release(NAME)`` with this value
@@ -56,6 +59,7 @@ import orjson
 
 from gateway.testing.cache_sim import CacheSims, PromptUsage
 from gateway.testing.fake_responses import FakeResponses, schema_of, text_pieces, wait_or_left
+from gateway.testing.tool_args import chat_tool_call as _tool_call
 from gateway.types import Receive, Scope, Send
 
 __all__ = ["FakeUpstream", "Record"]
@@ -374,21 +378,6 @@ def _completion(data: Any, headers: dict[str, str], chat: bool,
     if headers.get("x-fake-usage") != "0":
         out["usage"] = _usage(data, n, sim)
     return out
-
-
-def _tool_call(data: Any, headers: dict[str, str]) -> dict[str, Any] | None:
-    """With ``x-fake-tool``: a call of the request's first function tool, else None."""
-    if not headers.get("x-fake-tool") or not isinstance(data, dict):
-        return None
-    if headers["x-fake-tool"] == "once" and any(  # an agent loop ends after one call
-            isinstance(m, dict) and m.get("role") == "tool" for m in data.get("messages") or ()):
-        return None
-    for tool in data.get("tools") or ():
-        if isinstance(tool, dict) and tool.get("type") == "function":
-            return {"id": "call_fake0", "type": "function", "function": {
-                "name": tool["function"]["name"],
-                "arguments": headers.get("x-fake-tool-args", '{"x": 1}')}}
-    return None
 
 
 def _embeddings(data: Any) -> dict[str, Any]:
