@@ -40,13 +40,14 @@ class Outbound:
     for an upstream of the other API, shaped by ``ctx.shape_body``, serialised) and kept for
     its retries. ``hide_usage``: the client gets no usage chunk it did not ask for."""
 
-    __slots__ = ("_api", "_built", "_crossing", "_inject", "_max_tokens", "_target",
-                 "_upstreams", "body", "ctx", "forwarded", "hide_usage", "raw")
+    __slots__ = ("_api", "_built", "_crossing", "_dropped_said", "_inject", "_max_tokens",
+                 "_target", "_upstreams", "body", "ctx", "forwarded", "hide_usage", "raw")
 
     def __init__(self, ctx: RequestContext, upstreams: dict[str, Upstream]) -> None:
         self.ctx = ctx
         self._upstreams = upstreams
         self._api = ctx.api.name
+        self._dropped_said = False
         body, raw = ctx.body, ctx.raw
         # An OpenAI stream's usage chunk: asked of OpenAI-style upstreams (observe_usage) and
         # always made by the Anthropic translation; forwarded only to clients that asked.
@@ -100,7 +101,8 @@ class Outbound:
         if self._api != "responses" or ctx.policy.translation.hosted_tools != "drop":
             return ctx.body
         body, dropped = without_hosted_tools(ctx.body)
-        if dropped and ctx.record.dropped_tools is None:
+        if dropped and not self._dropped_said:
+            self._dropped_said = True
             ctx.record.dropped_tools = list(dropped)
             ctx.response_headers.append((b"x-gateway-dropped-tools",
                                          ", ".join(dropped).encode()))
