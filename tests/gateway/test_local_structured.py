@@ -106,9 +106,10 @@ def test_what_the_engine_cannot_do_is_a_400_in_the_callers_format(
                                  "json_schema": {"name": "x", "schema": bad}})
         assert info.value.body["param"] == "response_format.json_schema.schema"  # type: ignore[index]
         with pytest.raises(openai.BadRequestError) as info:
-            client.responses.create(model="smollm2", input="hi",
-                                    tools=[{"type": "web_search_preview"}])
-        assert info.value.body["param"] == "tools[0]"  # type: ignore[index]
+            client.responses.create(model="smollm2", input="hi",  # forced: never dropped
+                                    tools=[{"type": "web_search_preview"}],
+                                    tool_choice={"type": "web_search_preview"})
+        assert info.value.body["param"] == "tool_choice"  # type: ignore[index]
     with anthropic.Anthropic(base_url=url, api_key="sk", max_retries=0) as claude:
         with pytest.raises(anthropic.BadRequestError) as err:
             claude.messages.create(model="smollm2", max_tokens=8, messages=[
