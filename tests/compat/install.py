@@ -3,8 +3,10 @@
 ``python tests/compat/install.py`` (or :func:`ensure` from the suite's conftest) installs
 what is missing into ``.cache/compat/`` (git-ignored; ``GATEWAY_COMPAT_DIR`` moves it):
 
-- ``npm/``: the CLIs from npm (:data:`NPM`), with ``npm install --ignore-scripts`` (each
-  package's binary is in the package already; the scripts would only link or fetch it again);
+- ``npm/``: the CLIs from npm (:data:`NPM`), with ``npm install --ignore-scripts``, then
+  the install scripts of the two CLIs whose native binary comes in a platform package
+  (:data:`NATIVE`: their scripts copy it into place, offline; until then their ``bin`` is a
+  script saying so), and nothing else's; each CLI must then answer ``--version``;
 - ``venv/``: a virtual environment of this interpreter with the Python clients from PyPI
   (:data:`PYPI`: the SDKs they run on are pinned too), apart from the project's own venv so
   their dependencies cannot move the project's.
@@ -30,6 +32,9 @@ __all__ = ["NPM", "PYPI", "Clients", "ensure"]
 #: npm packages: name -> version (``npm view NAME@VERSION version`` checks one exists).
 NPM = {"@anthropic-ai/claude-code": "2.1.197", "@openai/codex": "0.171.0",
        "opencode-ai": "1.18.33"}
+#: npm packages whose ``bin`` their install script puts in place (from an optional
+#: dependency for the platform, already installed): their scripts run (``npm rebuild``).
+NATIVE = ("@anthropic-ai/claude-code", "opencode-ai")
 #: PyPI packages: the clients, then the SDKs under them.
 PYPI = {"openai-agents": "0.24.0", "langchain-openai": "1.7.4", "langchain-anthropic": "1.7.10",
         "langchain-core": "1.8.3", "openai": "3.57.0", "anthropic": "2.14.0"}
@@ -64,7 +69,9 @@ def ensure(log: bool = False) -> Clients:
         bins = npm / "node_modules" / ".bin"
         _install(npm, NPM, [bins / "claude", bins / "codex", bins / "opencode"], log, lambda: [
             "npm", "install", "--prefix", str(npm), "--ignore-scripts", "--no-audit",
-            "--no-fund", "--loglevel=error", *(f"{k}@{v}" for k, v in NPM.items())])
+            "--no-fund", "--loglevel=error", *(f"{k}@{v}" for k, v in NPM.items())], lambda: [
+            "npm", "rebuild", "--prefix", str(npm), "--loglevel=error", *NATIVE], *(
+            (lambda b=b: [str(bins / b), "--version"]) for b in ("claude", "codex", "opencode")))
         python = venv / "bin" / "python"
         _install(venv, PYPI, [python], log, lambda: [
             sys.executable, "-m", "venv", "--clear", str(venv)], lambda: [
