@@ -1,0 +1,332 @@
+"""End to end on a realistic workload: direct calls, the gateway (default policy, every stage
+on) and LiteLLM, side by side in one run, against a provider simulator.
+
+    python bench/workload.py [--n 600] [--seed 1] [--paths direct,default,every,litellm]
+                             [--ablate] [--json FILE]
+
+- The provider: ``bench/provider_sim.py`` (OpenAI chat and Anthropic Messages, its latency
+  model, prompt caching, token-per-minute limit and faults: every parameter printed), a
+  fresh process per path (cold caches, empty limits, its own record of what it received).
+- The workload: ``bench/workload_mix.py`` (seeded: τ-bench agent turns in both APIs, chat
+  with Zipf-popular repeats and paraphrases, NQ retrieval with 20 documents; Poisson
+  arrivals near the simulated token limit), its warm-up sent and reported apart.
+- The client: ``bench/workload_client.py`` (open loop; TTFT to the first content, E2E to the
+  last byte; outcomes by kind).
+- Paths: ``direct`` (the client at the simulator), ``default`` (``gateway serve``, the
+  response cache on as ``gateway.example.toml`` ships it, the default policy), ``every``
+  (every stage on: compression, routing by difficulty with the models opted in), ``litellm``
+  (``bench/litellm_proxy.py``: its proxy as its docs recommend). ``--ablate``: the every-stage
+  policy again with one stage off at a time.
+
+Per path: client TTFT p50/p95/p99 and E2E p50/p99 (measured requests), outcomes by kind,
+billed cost (the simulator's, measured window), cache hits by layer (the gateway's log; a
+proxy's answers the simulator never saw otherwise), served-wrong hits (a hit whose answer
+came from another question: the simulator's answers are deterministic per prompt, so an
+answer is traced to the request that first got it), requests whose meaning changed (each
+body the simulator received, through the equivalence contract, tests/gateway/equivalence),
+proxy CPU seconds (user + system, the proxy's processes, measured window). Ratios are
+against ``direct`` in the same run. JSON (``--json``) plus one summary line per path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: bench.* and tests.* from the checkout
+    sys.path.insert(0, str(ROOT))
+
+from bench.processes import free_port, wait_ready
+from bench.workload_client import replay
+from bench.workload_report import meaning_changed, served_wrong, summarize
+
+KEY_ENV = "WORKLOAD_UPSTREAM_KEY"
+UPSTREAM_KEY = "sk-workload-upstream"
+CLIENT_KEY = "sk-workload-client"
+#: public model -> (upstream, upstream model): what the mix names and the routers' tiers.
+MODELS = {"gpt-4o": ("openai", "gpt-4o"), "gpt-4o-mini": ("openai", "gpt-4o-mini"),
+          "claude-sonnet-4-5": ("anthropic", "claude-sonnet-4-5"),
+          "claude-haiku-4-5": ("anthropic", "claude-haiku-4-5")}
+
+DEFAULT_POLICY = 'version = "workload-default"\n'
+
+#: Every stage on: compression (its gate deciding when it pays), routing by difficulty with
+#: the mix's models opted in (a weak tier of the same API), the rest as by default.
+EVERY_POLICY = """version = "workload-every-stage"
+
+[compression]
+enabled = true
+
+[routing.tiers]
+gpt-small = ["gpt-4o-mini"]
+gpt-large = ["gpt-4o"]
+claude-small = ["claude-haiku-4-5"]
+claude-large = ["claude-sonnet-4-5"]
+
+[routing.routers.auto-gpt]
+weak = "gpt-small"
+strong = "gpt-large"
+artifact = "default"
+quality = 0.95
+models = ["gpt-4o"]
+
+[routing.routers.auto-claude]
+weak = "claude-small"
+strong = "claude-large"
+artifact = "default"
+quality = 0.95
+models = ["claude-sonnet-4-5"]
+"""
+
+#: --ablate: the every-stage policy with one stage left out of the pipeline.
+STAGES = ("rate_limit", "cache", "coalesce", "route", "compress", "prompt_cache", "admission")
+
+
+def gateway_toml(port: int, sim: str, policy: str) -> str:
+    models = "".join(f'[models."{name}"]\ntargets = [{{ upstream = "{up}", model = "{m}" }}]\n'
+                     for name, (up, m) in MODELS.items())
+    return f"""
+[server]
+port = {port}
+policy = "{policy}"
+policy_reload = false
+
+[logging]
+requests = true
+
+[cache]
+enabled = true
+backend = "memory"
+
+[upstreams.openai]
+type = "openai"
+base_url = "{sim}/v1"
+api_key_env = "{KEY_ENV}"
+read_timeout_ms = 120000
+
+[upstreams.anthropic]
+type = "anthropic"
+base_url = "{sim}"
+api_key_env = "{KEY_ENV}"
+read_timeout_ms = 120000
+
+{models}"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its children waited for, and of its live
+    descendants (s), from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in [pid, *_descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for child in map(int, children):
+        out += [child, *_descendants(child)]
+    return out
+
+
+class Sim:
+    """The provider simulator in its own process, recording what it receives."""
+
+    def __init__(self, params: dict[str, Any], record: Path) -> None:
+        self.record = record
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.provider_sim", "--port", "0", "--params",
+             json.dumps(params), "--record", str(record)],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("READY "):
+            raise RuntimeError(f"provider_sim did not start: {line!r}")
+        self.url = line.split(" ", 1)[1]
+
+    async def stats(self) -> dict[str, Any]:
+        import aiohttp
+        async with aiohttp.ClientSession() as s, s.get(self.url + "/sim/stats") as r:
+            return await r.json(loads=orjson.loads)  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: dict[str, Any],
+                   work: Path, speed: float) -> dict[str, Any]:
+    """One path: a fresh simulator, the proxy (or none), warm-up, the measured requests."""
+    sim = Sim(sim_params, work / f"{name}.upstream.jsonl")
+    proxy: Any = None
+    pid: int | None = None
+    log = work / f"{name}.log"
+    try:
+        if name == "direct":
+            base = {"openai": sim.url + "/v1", "anthropic": sim.url}
+        elif name == "litellm":
+            from bench.litellm_proxy import LiteLLMProxy, ModelRoute, ensure
+            ensure()
+            routes = [ModelRoute(n, up, sim.url + ("/v1" if up == "openai" else ""), m, KEY_ENV)
+                      for n, (up, m) in MODELS.items()]
+            proxy = LiteLLMProxy(routes, work=work / "litellm", env={KEY_ENV: UPSTREAM_KEY})
+            proxy.__enter__()
+            pid = proxy.pid
+            base = {"openai": proxy.url + "/v1", "anthropic": proxy.url}
+        else:
+            port = free_port()
+            (work / f"{name}.policy.toml").write_text(policy or DEFAULT_POLICY)
+            config = work / f"{name}.gateway.toml"
+            config.write_text(gateway_toml(port, sim.url, f"{name}.policy.toml"))
+            with log.open("wb") as out:
+                proxy = subprocess.Popen(  # noqa: ASYNC220 (started once, not awaited)
+                    [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)],
+                    cwd=ROOT, stdout=out, env={**os.environ, KEY_ENV: UPSTREAM_KEY})
+            pid = proxy.pid
+            url = f"http://127.0.0.1:{port}"
+            await wait_ready(url + "/readyz", timeout=120)
+            await _semantic_ready(url)
+            base = {"openai": url + "/v1", "anthropic": url}
+        warm = [r for r in mix if r.warmup]
+        measured = [r for r in mix if not r.warmup]
+        t0 = time.perf_counter()
+        warm_results = await replay(_rebased(warm), base, CLIENT_KEY, speed)
+        warm_s = time.perf_counter() - t0
+        before = await sim.stats()
+        cpu0 = cpu_seconds(pid) if pid else 0.0
+        t1 = time.perf_counter()
+        results = await replay(_rebased(measured), base, CLIENT_KEY, speed)
+        wall_s = time.perf_counter() - t1
+        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+        after = await sim.stats()
+    finally:
+        if name == "litellm" and proxy is not None:
+            proxy.__exit__(None, None, None)
+        elif proxy is not None:
+            proxy.send_signal(signal.SIGTERM)
+            try:
+                proxy.wait(30)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
+        sim.stop()
+    upstream = after["requests"][len(before["requests"]):]
+    return {"name": name, "results": results, "warm_results": warm_results,
+            "upstream": upstream, "params": after.get("params"), "cpu_s": cpu,
+            "wall_s": wall_s, "warm_s": warm_s, "log": log if log.exists() else None,
+            "record": sim.record}
+
+
+def _rebased(requests: list[Any]) -> list[Any]:
+    """The same requests with arrival times from the first one's."""
+    from dataclasses import replace
+    if not requests:
+        return []
+    t0 = min(r.t_s for r in requests)
+    return [replace(r, t_s=r.t_s - t0) for r in requests]
+
+
+async def _semantic_ready(url: str, timeout: float = 180.0) -> None:
+    """Wait for the gateway's embedding model (the semantic layer) to have loaded."""
+    import aiohttp
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline:
+            async with s.get(url + "/readyz") as r:
+                body = await r.json(loads=orjson.loads)
+                if body.get("cache") in (None, "semantic"):
+                    return
+            await asyncio.sleep(0.2)
+
+
+def main() -> int:
+    from bench.provider_sim import SimParams
+    from bench.workload_mix import MixParams, build
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=600, help="measured requests")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--paths", default="direct,default,every,litellm")
+    ap.add_argument("--ablate", action="store_true", help="every-stage runs, one stage off")
+    ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
+    ap.add_argument("--json", type=Path, help="write the full results here")
+    args = ap.parse_args()
+
+    mix_params = MixParams(n=args.n, seed=args.seed)
+    mix = build(mix_params)
+    sim_params = SimParams().to_dict()
+    paths: list[tuple[str, str | None]] = []
+    for name in args.paths.split(","):
+        paths.append((name, {"default": DEFAULT_POLICY, "every": EVERY_POLICY}.get(name)))
+    if args.ablate:
+        for stage in STAGES:
+            kept = [s for s in STAGES if s != stage]
+            policy = EVERY_POLICY + f"\n[pipeline]\nstages = {json.dumps(kept)}\n"
+            paths.append((f"every-no-{stage}", policy))
+
+    work = Path(tempfile.mkdtemp(prefix="workload-"))
+    runs: list[dict[str, Any]] = []
+    for name, policy in paths:
+        print(f"# {name} ...", file=sys.stderr, flush=True)
+        runs.append(asyncio.run(run_path(name, policy, mix, sim_params, work, args.speed)))
+    direct = next((r for r in runs if r["name"] == "direct"), None)
+    by_id = {r.id: r for r in mix}
+    report = {"mix": mix_params.to_dict(), "sim": sim_params, "work": str(work), "paths": {}}
+    for run in runs:
+        every = run["name"].startswith("every")
+        summary = summarize(run, direct)
+        summary["served_wrong"] = served_wrong(run, direct, by_id)
+        summary["meaning_changed"] = meaning_changed(run, by_id, MODELS, compress=every)
+        report["paths"][run["name"]] = summary
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print("provider simulator:", json.dumps(report["sim"], sort_keys=True))
+    print("workload:", json.dumps(report["mix"], sort_keys=True))
+    head = ("path", "ttft p50", "p95", "p99", "e2e p50", "p99", "cost $", "hits", "wrong",
+            "changed", "cpu s", "errors")
+    print(" | ".join(head))
+    for name, s in report["paths"].items():
+        r = s.get("ratios", {})
+
+        def cell(key: str, ratio: str, s: dict[str, Any] = s, r: dict[str, float] = r) -> str:
+            v = s.get(key)
+            return "-" if v is None else (f"{v:.0f}" + (f" ({r[ratio]:.2f}x)" if ratio in r
+                                                     else ""))
+        print(" | ".join([
+            name, cell("ttft_p50", "ttft_p50"), cell("ttft_p95", "ttft_p95"),
+            cell("ttft_p99", "ttft_p99"), cell("e2e_p50", "e2e_p50"), cell("e2e_p99", "e2e_p99"),
+            f"{s['cost_usd']:.3f}" + (f" ({r['cost']:.2f}x)" if "cost" in r else ""),
+            json.dumps(s["hits"]), str(s["served_wrong"]), str(s["meaning_changed"]["changed"]),
+            f"{s['cpu_s']:.1f}", json.dumps(s["outcomes"])]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""What the workload bench reports per path: latency percentiles, outcomes, billed cost, cache
+hits by layer, served-wrong hits and requests whose meaning changed (pure, over the results
+of ``bench/workload.py``'s runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["gateway_log", "meaning_changed", "pct", "served_wrong", "summarize"]
+
+
+def pct(values: list[float], p: float) -> float | None:
+    """The ``p``-th percentile (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def gateway_log(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The gateway's request log lines by request id (``event == "request"``)."""
+    out: dict[str, dict[str, Any]] = {}
+    if path is None or not path.exists():
+        return out
+    for line in path.read_bytes().splitlines():
+        if not line.startswith(b"{"):
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if rec.get("event") == "request" and rec.get("request_id"):
+            out[rec["request_id"]] = rec
+    return out
+
+
+def _recorded_ids(record: Path) -> Counter[str]:
+    ids: Counter[str] = Counter()
+    if not record.exists():
+        return ids
+    for line in record.read_bytes().splitlines():
+        rid = (orjson.loads(line).get("headers") or {}).get("x-request-id")
+        if rid:
+            ids[rid] += 1
+    return ids
+
+
+def hits(run: dict[str, Any]) -> dict[str, str]:
+    """Measured request id -> how a proxy answered it without the provider: the gateway's
+    cache layer (``exact``, ``semantic``) or ``coalesced``; for another proxy, ``cache``
+    when the provider never received the request (its record has no body with that id)."""
+    measured = [r for r in run["results"] if r.outcome == "ok"]
+    if run["name"] == "direct":
+        return {}
+    log = gateway_log(run["log"])
+    if log:
+        out = {}
+        for r in measured:
+            rec = log.get(r.id) or {}
+            if rec.get("cache") == "hit":
+                out[r.id] = rec.get("cache_layer") or "exact"
+            elif rec.get("coalesced") == "follower":
+                out[r.id] = "coalesced"
+        return out
+    seen = _recorded_ids(run["record"])
+    if not seen:
+        return {}
+    return {r.id: "cache" for r in measured if r.id not in seen}
+
+
+def summarize(run: dict[str, Any], direct: dict[str, Any] | None) -> dict[str, Any]:
+    """Latency (ms), outcomes, cost (USD), hits, CPU (s) of one path; ratios to ``direct``."""
+    results = run["results"]
+    ok = [r for r in results if r.outcome == "ok" and r.ttft_ms is not None]
+    ttft = [r.ttft_ms for r in ok]
+    e2e = [r.e2e_ms for r in ok]
+    s: dict[str, Any] = {
+        "requests": len(results), "ok": len(ok),
+        "ttft_p50": pct(ttft, 50), "ttft_p95": pct(ttft, 95), "ttft_p99": pct(ttft, 99),
+        "e2e_p50": pct(e2e, 50), "e2e_p99": pct(e2e, 99),
+        "outcomes": dict(Counter(r.outcome for r in results)),
+        "warmup": {"requests": len(run["warm_results"]), "seconds": round(run["warm_s"], 1),
+                   "outcomes": dict(Counter(r.outcome for r in run["warm_results"]))},
+        "cost_usd": sum(u.get("cost_usd") or 0.0 for u in run["upstream"]),
+        "upstream_requests": len(run["upstream"]),
+        "upstream_faults": dict(Counter(str(u.get("fault")) for u in run["upstream"])),
+        "cpu_s": run["cpu_s"], "wall_s": run["wall_s"],
+        "hits": dict(Counter(hits(run).values())),
+        "by_kind": {},
+    }
+    for kind in sorted({r.kind for r in results}):
+        mine = [r.ttft_ms for r in ok if r.kind == kind]
+        s["by_kind"][kind] = {"n": len(mine), "ttft_p50": pct(mine, 50), "ttft_p95": pct(mine, 95)}
+    if direct is not None and direct is not run:
+        d = summarize(direct, None)
+        s["ratios"] = {k: s[k] / d[k] for k in ("ttft_p50", "ttft_p95", "ttft_p99", "e2e_p50",
+                                                 "e2e_p99") if s[k] and d[k]}
+        if d["cost_usd"]:
+            s["ratios"]["cost"] = s["cost_usd"] / d["cost_usd"]
+    return s
+
+
+def served_wrong(run: dict[str, Any], direct: dict[str, Any] | None,
+                 by_id: dict[str, Any]) -> int | None:
+    """Hits whose answer came from another question: the provider's answers are a function of
+    the prompt, so an answer's text is traced to a request that got it from the provider (in
+    this run, else in the direct run); a hit is right when that request is this one or a
+    paraphrase of it (the same chat ``group``)."""
+    answered = hits(run)
+    if not answered:
+        return 0
+    origin: dict[str, set[str | None]] = {}
+    for source in (run, direct or {"results": []}):
+        for r in source["results"]:
+            if r.outcome == "ok" and r.id not in answered:
+                origin.setdefault(r.text_sha, set()).add(r.id)
+    wrong = 0
+    for r in run["results"]:
+        if r.id not in answered:
+            continue
+        sources = origin.get(r.text_sha, set())
+        mine = by_id[r.id]
+        if r.id in sources or any(
+                mine.group is not None and by_id[o].group == mine.group for o in sources):
+            continue
+        wrong += 1
+    return wrong
+
+
+def meaning_changed(run: dict[str, Any], by_id: dict[str, Any],
+                    models: dict[str, tuple[str, str]], compress: bool) -> dict[str, Any]:
+    """Each body the provider received on this path held against the client's request under
+    the equivalence contract (tests/gateway/equivalence/contract.py): how many were checked,
+    changed (the first few breaches quoted) or could not be matched to a request."""
+    from tests.gateway.equivalence.contract import Allowed, check
+
+    allowed = Allowed(models=frozenset(m for _, m in models.values()), compress=compress)
+    out: dict[str, Any] = {"checked": 0, "changed": 0, "unmatched": 0, "examples": []}
+    record: Path = run["record"]
+    if not record.exists():
+        return out
+    measured = {r.id for r in run["results"]}
+    for line in record.read_bytes().splitlines():
+        rec = orjson.loads(line)
+        rid = (rec.get("headers") or {}).get("x-request-id")
+        if rid not in by_id:
+            out["unmatched"] += 1
+            continue
+        if rid not in measured:
+            continue
+        req = by_id[rid]
+        api = "anthropic" if rec.get("path", "").endswith("/messages") else "openai"
+        if api != req.api:
+            continue  # translated: not compared for equality (the contract's T rules)
+        out["checked"] += 1
+        verdict = check(api, req.body, rec.get("body"), allowed)
+        if verdict.error is not None:
+            out["changed"] += 1
+            if len(out["examples"]) < 3:
+                out["examples"].append(f"{rid}: {verdict.error[:300]}")
+    return out

@@ -1,0 +1,75 @@
+"""The workload bench's report: percentiles, hits traced to the request whose answer they
+served, and the equivalence check of what the provider received."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.workload_client import Result
+from bench.workload_report import meaning_changed, pct, served_wrong, summarize
+
+
+@dataclass(frozen=True)
+class Req:
+    id: str
+    api: str = "openai"
+    group: str | None = None
+    body: Any = None
+
+
+def result(rid: str, text: str, ttft: float = 100.0) -> Result:
+    return Result(rid, "chat", "openai", False, ttft_ms=ttft, e2e_ms=ttft * 2, text=text,
+                  text_sha=text)
+
+
+def run(name: str, results: list[Result], log: Path | None = None,
+        record: Path = Path("/nonexistent"), upstream: list[Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "results": results, "warm_results": [], "upstream": upstream or [],
+            "cpu_s": 1.0, "wall_s": 1.0, "warm_s": 0.0, "log": log, "record": record}
+
+
+def log_file(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "gw.log"
+    path.write_bytes(b"\n".join(orjson.dumps({"event": "request", **x}) for x in lines))
+    return path
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (pct(values, 50), pct(values, 95), pct(values, 99)) == (50.0, 95.0, 99.0)
+    assert pct([], 50) is None
+
+
+def test_a_hit_is_wrong_only_when_its_answer_came_from_another_question(tmp_path: Path) -> None:
+    by_id = {"a": Req("a", group="g1"), "b": Req("b", group="g1"), "c": Req("c", group="g2"),
+             "d": Req("d", group="g3")}
+    direct = run("direct", [result("a", "A"), result("b", "B"), result("c", "C"),
+                            result("d", "D")])
+    log = log_file(tmp_path, [{"request_id": "b", "cache": "hit", "cache_layer": "semantic"},
+                              {"request_id": "d", "cache": "hit", "cache_layer": "semantic"}])
+    # b got a's answer (a paraphrase: right), d got c's (another question: wrong)
+    gw = run("default", [result("a", "A"), result("b", "A"), result("c", "C"), result("d", "C")],
+             log=log)
+    assert served_wrong(gw, direct, by_id) == 1
+    summary = summarize(gw, direct)
+    assert summary["hits"] == {"semantic": 2}
+    assert summary["ratios"]["ttft_p50"] == 1.0
+
+
+def test_what_the_provider_received_is_held_to_the_contract(tmp_path: Path) -> None:
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    record = tmp_path / "up.jsonl"
+    same = {**body, "stream_options": {"include_usage": True}}
+    changed = {**same, "messages": [{"role": "user", "content": "hello"}]}
+    record.write_bytes(b"\n".join(orjson.dumps(
+        {"path": "/v1/chat/completions", "headers": {"x-request-id": rid}, "body": b})
+        for rid, b in (("a", same), ("b", changed), ("zz", same))))
+    by_id = {"a": Req("a", body=body), "b": Req("b", body=body)}
+    out = meaning_changed(run("default", [result("a", "x"), result("b", "y")], record=record),
+                          by_id, {"gpt-4o": ("openai", "gpt-4o")}, compress=False)
+    assert (out["checked"], out["changed"], out["unmatched"]) == (2, 1, 1)
+    assert out["examples"][0].startswith("b: ")
