@@ -90,12 +90,14 @@ def _anthropic(name: str, inp: float, out: float, rpm: int, itpm: int, otpm: int
                      rpm=rpm, itpm=itpm, otpm=otpm)
 
 
-#: The models served by default: the workload's two ([oai-price], [ant-price]) and a cheaper
-#: one per API (what a routing stage may pick). Limits: Tier 2 ([oai-limits], [ant-limits]).
+#: The models served by default: the workload's two ([oai-price], [ant-price]), Sonnet 4.6,
+#: and a cheaper one per API (what a routing stage may pick). Limits: Tier 2 ([oai-limits], [ant-limits]).
 DEFAULT_MODELS: tuple[ModelSpec, ...] = (
     _openai("gpt-4o", 2.50, 1.25, 10.00, rpm=5_000, tpm=450_000),
     _openai("gpt-4o-mini", 0.15, 0.075, 0.60, rpm=5_000, tpm=2_000_000),
     _anthropic("claude-sonnet-4-5", 3.00, 15.00, rpm=1_000, itpm=450_000, otpm=90_000),
+    # the anthropic SDK warns that 4-5 is deprecated (end of life 2026-11-30); same prices
+    _anthropic("claude-sonnet-4-6", 3.00, 15.00, rpm=1_000, itpm=450_000, otpm=90_000),
     _anthropic("claude-haiku-4-5", 1.00, 5.00, rpm=1_000, itpm=450_000, otpm=90_000),
 )
 
