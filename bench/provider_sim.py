@@ -13,7 +13,7 @@ serves until SIGTERM/SIGINT. Routes:
   than 4 ``cache_control`` breakpoints: 400;
 - an unknown model, or one of the other API: 404 in the provider's format;
 - ``GET /sim/stats``: ``{"params": SimParams.to_dict(), "requests": [...]}``, one record per
-  request (fields in :meth:`ProviderSim._log`); ``POST /sim/reset`` (optional ``{"seed": n}``)
+  request (:data:`STATS_FIELDS`); ``POST /sim/reset`` (optional ``{"seed": n}``)
   clears caches, limits and stats.
 
 The model (defaults and their public sources in :mod:`bench.provider_sim_params`):
@@ -69,10 +69,26 @@ from bench.provider_sim_wire import (
     openai_stream,
 )
 
-__all__ = ["ProviderSim", "SimParams", "key_id", "main"]
+__all__ = ["STATS_FIELDS", "ProviderSim", "SimParams", "key_id", "main"]
 
 _API = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
 _SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"}
+
+#: What each ``/sim/stats`` request record holds. Tokens: prompt = input + cached + write.
+STATS_FIELDS = {
+    "t": "arrival, s since start or the last reset",
+    "api": '"openai" | "anthropic"', "model": "as asked", "key": "key_id(API key)",
+    "status": "HTTP status answered", "stream": "bool",
+    "fault": 'null | "429" | "500" | "503" (OpenAI overloaded) | "529" | "stall" | "cut"',
+    "prompt_tokens": "the whole prompt", "input_tokens": "uncached, billed at the input price",
+    "cached_tokens": "cache reads", "cache_write_tokens": "Anthropic cache writes",
+    "output_tokens": "answer tokens sent (billed, also when cut or abandoned)",
+    "cost_usd": "billed for this request", "ttft_ms": "the model's TTFT (drawn)",
+    "served_ttft_ms": "measured: arrival to the first answer token sent (non-streamed: the "
+                      "whole answer)",
+    "duration_ms": "arrival to the end", "finish": '"stop" | "length" | null (cut, abandoned)',
+    "client_closed": "the client left before the end", "body_sha256": "of the raw body",
+}
 
 
 class CutStream(Exception):
@@ -148,7 +164,8 @@ class ProviderSim:
         log = {"t": round(start - self.t0, 6), "api": api, "model": None, "key": None,
                "status": 200, "fault": None, "stream": False, "prompt_tokens": 0,
                "input_tokens": 0, "cached_tokens": 0, "cache_write_tokens": 0,
-               "output_tokens": 0, "cost_usd": 0.0, "ttft_ms": None, "duration_ms": None,
+               "output_tokens": 0, "cost_usd": 0.0, "ttft_ms": None, "served_ttft_ms": None,
+               "duration_ms": None,
                "finish": None, "client_closed": False,
                "body_sha256": hashlib.sha256(raw).hexdigest()}
         self.requests.append(log)
@@ -182,9 +199,9 @@ class ProviderSim:
                 events = (openai_stream(plan, model.name, bool(
                     (body.get("stream_options") or {}).get("include_usage")))
                     if api == "openai" else anthropic_stream(plan, model.name))
-                sent = await self._stream(events, plan, start, send, ids, gone)
+                sent = await self._stream(events, plan, start, send, ids, gone, log)
             else:
-                sent = await self._whole(api, plan, model.name, start, send, ids, gone)
+                sent = await self._whole(api, plan, model.name, start, send, ids, gone, log)
         except CutStream:
             sent = plan.cut_at
             raise
@@ -198,7 +215,8 @@ class ProviderSim:
                        duration_ms=round((time.monotonic() - start) * 1000, 3))
 
     async def _stream(self, events: list[Event], plan: Plan, start: float, send: Any,
-                      ids: list[tuple[bytes, bytes]], gone: asyncio.Event) -> int:
+                      ids: list[tuple[bytes, bytes]], gone: asyncio.Event,
+                      log: dict[str, Any]) -> int:
         """Sends ``events`` paced by the plan; returns the answer tokens sent."""
         first = start + plan.ttft_ms / 1000
         if await _sleep_until(first, gone):
@@ -219,12 +237,15 @@ class ProviderSim:
             if gone.is_set():
                 return sent
             await send({"type": "http.response.body", "body": data, "more_body": True})
+            if tokens and not sent:
+                log["served_ttft_ms"] = round((time.monotonic() - start) * 1000, 3)
             sent += tokens
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return sent
 
     async def _whole(self, api: str, plan: Plan, model: str, start: float, send: Any,
-                     ids: list[tuple[bytes, bytes]], gone: asyncio.Event) -> int:
+                     ids: list[tuple[bytes, bytes]], gone: asyncio.Event,
+                     log: dict[str, Any]) -> int:
         n = len(plan.words) if plan.cut_at < 0 else plan.cut_at
         done = start + (plan.ttft_ms + plan.tpot_ms * max(n - 1, 0)
                         + (plan.pause_ms if plan.pause_at >= 0 else 0)) / 1000
@@ -238,6 +259,7 @@ class ProviderSim:
         answer = openai_completion(plan, model) if api == "openai" else anthropic_message(
             plan, model)
         await _json(send, 200, answer, ids)
+        log["served_ttft_ms"] = round((time.monotonic() - start) * 1000, 3)
         return n
 
 

@@ -120,6 +120,7 @@ def test_ttft_grows_with_uncached_tokens_as_stated() -> None:
         for record in app.requests:  # the stated model, exactly, without noise
             assert record["ttft_ms"] == pytest.approx(5.0 + 0.05 * record["prompt_tokens"],
                                                       abs=0.01)
+            assert record["served_ttft_ms"] >= record["ttft_ms"]
 
 
 def test_rate_limit_answers_429_with_retry_after() -> None:
