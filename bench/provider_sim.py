@@ -68,6 +68,7 @@ from bench.provider_sim_wire import (
     openai_error,
     openai_stream,
 )
+from gateway.types import Receive, Scope, Send
 
 __all__ = ["STATS_FIELDS", "ProviderSim", "SimParams", "key_id", "main"]
 
@@ -115,11 +116,12 @@ class ProviderSim:
         self.engine.reset(self.params.seed if seed is None else seed)
         self.requests, self.t0 = [], time.monotonic()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
-            return await send({"type": "lifespan.shutdown.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
         raw = b""
         while True:
             message = await receive()
@@ -147,7 +149,7 @@ class ProviderSim:
         finally:
             watcher.cancel()
 
-    async def _serve(self, api: str, path: str, headers: dict[str, str], raw: bytes, send: Any,
+    async def _serve(self, api: str, path: str, headers: dict[str, str], raw: bytes, send: Send,
                      gone: asyncio.Event) -> None:
         start = time.monotonic()
         rid = f"req_sim{uuid.uuid4().hex[:20]}"
@@ -214,7 +216,7 @@ class ProviderSim:
                                          plan.cache_write, sent),
                        duration_ms=round((time.monotonic() - start) * 1000, 3))
 
-    async def _stream(self, events: list[Event], plan: Plan, start: float, send: Any,
+    async def _stream(self, events: list[Event], plan: Plan, start: float, send: Send,
                       ids: list[tuple[bytes, bytes]], gone: asyncio.Event,
                       log: dict[str, Any]) -> int:
         """Sends ``events`` paced by the plan; returns the answer tokens sent."""
@@ -243,7 +245,7 @@ class ProviderSim:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return sent
 
-    async def _whole(self, api: str, plan: Plan, model: str, start: float, send: Any,
+    async def _whole(self, api: str, plan: Plan, model: str, start: float, send: Send,
                      ids: list[tuple[bytes, bytes]], gone: asyncio.Event,
                      log: dict[str, Any]) -> int:
         n = len(plan.words) if plan.cut_at < 0 else plan.cut_at
@@ -285,7 +287,7 @@ def _check(api: str, headers: dict[str, str], body: Any) -> str:
     return key
 
 
-async def _watch(receive: Any, gone: asyncio.Event) -> None:
+async def _watch(receive: Receive, gone: asyncio.Event) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     gone.set()
@@ -302,7 +304,7 @@ async def _sleep_until(when: float, gone: asyncio.Event) -> bool:
     return gone.is_set()
 
 
-async def _json(send: Any, status: int, obj: Any,
+async def _json(send: Send, status: int, obj: Any,
                 extra: list[tuple[bytes, bytes]] | None = None) -> None:
     body = orjson.dumps(obj)
     await send({"type": "http.response.start", "status": status, "headers": [
