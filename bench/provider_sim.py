@@ -2,7 +2,7 @@
 Anthropic Messages, streamed and not, with a stated latency model, each provider's prompt
 caching, rate limits, faults and billing. Its own process, so a proxy's CPU is measured apart.
 
-    python -m bench.provider_sim --port N [--params JSON|FILE] [--record FILE]
+    python -m bench.provider_sim --port N [--params JSON|FILE] [--record FILE] [--show-params]
 
 prints one line ``READY http://127.0.0.1:N`` once listening (``--port 0``: a free port), then
 serves until SIGTERM/SIGINT. Routes:
@@ -342,12 +342,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0: a free port (default)")
     parser.add_argument("--params", help="SimParams overrides: a JSON object, or a file of one")
     parser.add_argument("--record", help="append each request as a JSON line to this file")
+    parser.add_argument("--show-params", action="store_true",
+                        help="print the parameters (defaults + --params) as JSON and exit")
     args = parser.parse_args(argv)
     try:
         params = _params(args.params)
     except (ValueError, TypeError, OSError) as exc:
         print(f"provider_sim: bad --params: {exc}", file=sys.stderr)
         return 2
+    if args.show_params:
+        print(orjson.dumps(params.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return 0
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
     record = open(args.record, "ab") if args.record else None  # noqa: SIM115 (process-long)
     app = ProviderSim(params, record)
