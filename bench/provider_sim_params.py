@@ -8,9 +8,10 @@ Sources (every default below names one of these by its tag):
 - [oai-cache] OpenAI, Prompt caching guide,
   https://developers.openai.com/api/docs/guides/prompt-caching : "can reduce latency by up to
   80% and input token costs by up to 90%"; caching from 1024 tokens, hits in 128-token
-  increments; routing by a hash of about the first 256 tokens (and ``prompt_cache_key``); a
-  prefix + key sent more than about 15 times a minute overflows to further machines; entries
-  kept 5-10 minutes idle. The latency floor: the OpenAI cookbook "Prompt Caching 201",
+  increments; routing by a hash of about the first 256 tokens (and ``prompt_cache_key``);
+  entries kept 5-10 minutes idle; a prefix + key sent more than about 15 times a minute
+  overflows to further machines (that figure as gateway/testing/cache_sim.py cites the same
+  guide; the passage itself did not come up in this module's searches). The latency floor: the OpenAI cookbook "Prompt Caching 201",
   https://raw.githubusercontent.com/openai/openai-cookbook/main/examples/Prompt_Caching_201.ipynb
   ("up to 80%" of time to first token).
 - [oai-price] OpenAI API pricing, https://developers.openai.com/api/docs/pricing (as quoted
