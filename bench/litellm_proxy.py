@@ -4,7 +4,7 @@
   ``.cache/bench/litellm/venv`` (git-ignored; ``GATEWAY_BENCH_LITELLM_DIR`` moves the folder;
   a venv of this interpreter apart from the project's, reinstalled only when the pin changes:
   a ``.pins`` stamp, as tests/compat/install.py does); returns the ``litellm`` executable.
-  Stdlib only. Measured here: 32 s, 608 MB, 120 packages (from the machine's pip index).
+  Stdlib only. Measured here: 32 s, 608 MB, 118 packages (from the machine's pip index).
 - :func:`config_yaml`: the proxy's ``config.yaml`` for a list of :class:`ModelRoute`, with
   each setting the issue names, as the page cited beside it recommends:
 
@@ -23,19 +23,32 @@
     (https://docs.litellm.ai/docs/completion/usage, "Proxy: Always Include Streaming Usage").
 
   Anthropic-format clients use the proxy's ``/v1/messages`` for any model
-  (https://docs.litellm.ai/docs/anthropic_unified): an ``anthropic/`` model is called natively
-  on its Messages API, an ``openai/`` one through LiteLLM's Messages <-> chat translation.
+  (https://docs.litellm.ai/docs/anthropic_unified): an ``anthropic/`` model gets the body on
+  its own Messages API (re-serialized: string contents become text blocks, the markers above
+  added, the client's ``anthropic-beta`` forwarded); an ``openai/`` one goes, by LiteLLM's
+  default, to the upstream's Responses API (BerriAI/litellm
+  docs/my-website/docs/anthropic_unified/messages_to_responses_mapping.md), which the provider
+  simulator does not serve, so the config sets LiteLLM's own switch
+  ``use_chat_completions_url_for_anthropic_messages`` (``messages_via_chat``) and it goes as
+  chat completions.
 - :class:`LiteLLMProxy`: ``litellm --config FILE --host 127.0.0.1 --port N`` in its own process
   group, offline (:func:`offline_env`), ready once ``/health/readiness`` answers 200;
-  ``url``, ``pid``, ``cpu_seconds()``, ``stop()``.
+  ``url``, ``pid``, ``master_key``, ``cpu_seconds()``, ``stop()``. Measured here (2 shared
+  cores): ready in ~11 s having used ~11 CPU seconds (the runner should count the proxy's
+  CPU from ready, or say it includes the start); ~25-35 CPU ms per streamed request in front
+  of a fake that answers at once, miss or cache hit alike; a 500 or 429 is tried 3 times in
+  all (~0.5-1.7 s apart) before the client gets it.
 
-Offline at run time: LiteLLM fetches its model cost map from GitHub at start unless
-``LITELLM_LOCAL_MODEL_COST_MAP=True`` (https://docs.litellm.ai/docs/proxy/model_cost_map,
-https://docs.litellm.ai/docs/proxy/custom_model_cost_map); its other ``LITELLM_LOCAL_*``
-switches (Anthropic beta headers, auto-router presets, blog posts, policy templates: names from
-the installed package's source) are set too. Usage telemetry (from v1.107.0) is off unless
-turned on and never leaves without an endpoint (https://docs.litellm.ai/docs/proxy/telemetry);
-``LITELLM_TELEMETRY_DISABLED=true`` (its settings' veto) makes that explicit.
+Offline at run time: the proxy fetches its model cost map from GitHub at startup
+(https://docs.litellm.ai/docs/proxy/model_cost_map) unless ``LITELLM_LOCAL_MODEL_COST_MAP=True``
+(named in the docstring of the installed package's
+litellm/litellm_core_utils/get_model_cost_map.py); its other ``LITELLM_LOCAL_*`` switches
+(Anthropic beta headers, auto-router presets, blog posts, policy templates: names from the
+package's source) are set too. Usage telemetry (from v1.107.0) is off unless turned on and
+never leaves without an endpoint (https://docs.litellm.ai/docs/proxy/telemetry);
+``LITELLM_TELEMETRY_DISABLED=true`` (its settings' veto) makes that explicit. Checked with
+strace: starting and answering, the proxy connects to nothing but its upstreams (it also asks
+an OpenAI upstream ``GET /v1/models`` once).
 
     python bench/litellm_proxy.py    # install (if needed) and print the executable
 """
