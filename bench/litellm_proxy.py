@@ -37,7 +37,13 @@
   cores): ready in ~11 s having used ~11 CPU seconds (the runner should count the proxy's
   CPU from ready, or say it includes the start); ~25-35 CPU ms per streamed request in front
   of a fake that answers at once, miss or cache hit alike; a 500 or 429 is tried 3 times in
-  all (~0.5-1.7 s apart) before the client gets it.
+  all (~0.5-1.7 s apart) before the client gets it (Anthropic's 529 reaches the client as
+  a 500). An upstream stream cut before its end reaches a chat-completions client (either
+  kind of model) and a /v1/messages client of an OpenAI-format model as a complete answer
+  (``finish_reason: stop`` / ``end_turn``, usage counted by LiteLLM), and the response cache
+  then serves that truncated answer to repeats; only native /v1/messages to Claude passes
+  the cut on (no ``message_stop``) and caches nothing. A cache hit carries the original
+  answer's usage.
 
 Offline at run time: the proxy fetches its model cost map from GitHub at startup
 (https://docs.litellm.ai/docs/proxy/model_cost_map) unless ``LITELLM_LOCAL_MODEL_COST_MAP=True``
