@@ -79,7 +79,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 __all__ = ["LITELLM_VERSION", "LiteLLMProxy", "ModelRoute", "config_yaml", "ensure",
-           "offline_env"]
+           "executable", "folder", "installed", "offline_env"]
 
 #: The version the issue measured (PyPI has it).
 LITELLM_VERSION = "1.108.7"
