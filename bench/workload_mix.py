@@ -47,37 +47,28 @@ Bodies share their messages and tools between requests: read-only.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import math
 import random
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from gateway.formats.openai_to_anthropic import anthropic_request
-from gateway.testing.cache_sim import Tokenizer, anthropic_prefix, openai_prompt
-
 if __package__ == "bench":  # imported as bench.workload_mix (tests, python -m)
-    from bench.agent_traces import load as load_traces
-    from bench.compression_data import POSITIONS, nq_items
+    from bench import workload_sources as sources
 else:  # bench/ itself on sys.path (python bench/workload.py)
-    from agent_traces import load as load_traces
-    from compression_data import POSITIONS, nq_items
+    import workload_sources as sources
 
 __all__ = ["DATA", "KINDS", "ChatGroup", "MixParams", "WorkRequest", "build", "chat_population",
            "input_tokens", "offered_load", "summary"]
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 KINDS = ("agent", "chat", "retrieval")
-INSTRUCTION = ("Write a high-quality answer for the given question using only the provided "
-               "search results (some of which might be irrelevant).")  # lost-in-the-middle's
-_TOKENIZER = Tokenizer()
+DATA = sources.DATA
+ChatGroup = sources.ChatGroup
+chat_population = sources.chat_population
 
 
 @dataclass(frozen=True)
@@ -144,176 +135,9 @@ class MixParams:
         return int(getattr(self, f"{kind}_max_tokens"))
 
 
-# -- content ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ChatGroup:
-    """A chat question: ``id`` (the ``group`` of its requests), its wordings (two for a QQP
-    duplicate pair, else one), ``source``: "mt_bench", "vicuna", "qqp_duplicate",
-    "qqp_near_miss"."""
-
-    id: str
-    texts: tuple[str, ...]
-    source: str
-
-
-@dataclass
-class _Draft:
-    """A request before its arrival time; ``tokens``: its input (0: not counted yet)."""
-
-    kind: str
-    api: str
-    body: dict[str, Any]
-    tokens: int
-    conversation: str | None = None
-    turn: int = 0
-    group: str | None = None
-    answers: tuple[str, ...] = ()
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-
-
-def _short(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:10]
-
-
-def _words(text: str) -> set[str]:
-    return set("".join(c if c.isalnum() else " " for c in text.lower()).split())
-
-
-@cache
-def _qqp(split: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """QQP pairs (duplicates, look-alike non-duplicates), each text in one pair only."""
-    seen: set[str] = set()
-    same, near = [], []
-    for row in _rows(DATA / "semantic_cache" / f"qqp_pairs_{split}.jsonl"):
-        a, b = row["text_a"].strip(), row["text_b"].strip()
-        keys = {a.lower(), b.lower()}
-        if len(keys) < 2 or keys & seen or min(len(a), len(b)) < 12:
-            continue
-        seen |= keys
-        if row["label"] == 1:
-            same.append((a, b))
-        elif len(_words(a) & _words(b)) * 2 >= len(_words(a) | _words(b)):
-            near.append((a, b))
-    return same, near
-
-
-def chat_population(params: MixParams) -> list[ChatGroup]:
-    """The chat groups in popularity order (rank 1 first)."""
-    groups = [ChatGroup(f"mt_bench-{r['question_id']}", (r["turns"][0],), "mt_bench")
-              for r in _rows(DATA / "prompts" / "mt_bench_questions.jsonl")]
-    groups += [ChatGroup(f"vicuna-{r['question_id']}", (r["turns"][0],), "vicuna")
-               for r in _rows(DATA / "prompts" / "vicuna_bench_questions.jsonl")]
-    same, near = _qqp(params.split)
-    rng = random.Random(f"{params.seed}/qqp")
-    for a, b in rng.sample(same, params.paraphrase_pairs):
-        groups.append(ChatGroup(f"qqp-{_short(a)}", (a, b), "qqp_duplicate"))
-    for pair in rng.sample(near, params.near_miss_pairs):
-        groups += [ChatGroup(f"qqp-{_short(t)}", (t,), "qqp_near_miss") for t in pair]
-    random.Random(f"{params.seed}/ranks").shuffle(groups)
-    return groups
-
-
-def _openai_body(messages: list[dict[str, Any]], params: MixParams, kind: str,
-                 **extra: Any) -> dict[str, Any]:
-    return {"model": params.openai_model, "messages": messages, **extra,
-            "max_tokens": params.max_tokens(kind), "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-
-
-def _as(api: str, body: dict[str, Any], params: MixParams) -> dict[str, Any]:
-    if api == "openai":
-        return body
-    return anthropic_request(body, params.anthropic_model, body["max_tokens"])
-
-
-def _chat(params: MixParams, count: int) -> list[_Draft]:
-    groups = chat_population(params)
-    weights = list(itertools.accumulate((r + 1) ** -params.zipf_s for r in range(len(groups))))
-    rng = random.Random(f"{params.seed}/chat")
-    visits: Counter[str] = Counter()
-    out = []
-    for group in rng.choices(groups, cum_weights=weights, k=count):
-        seen = visits[group.id]
-        visits[group.id] += 1
-        text = group.texts[seen] if seen < len(group.texts) else rng.choice(group.texts)
-        api = "anthropic" if rng.random() < params.chat_anthropic_share else "openai"
-        body = _as(api, _openai_body([{"role": "user", "content": text}], params, "chat"),
-                   params)
-        out.append(_Draft("chat", api, body, 0, group=group.id))
-    return out
-
-
-def _retrieval(params: MixParams, count: int) -> list[_Draft]:
-    items = nq_items(params.split == "dev", max(100, 2 * count))
-    if count > len(items):
-        raise ValueError(f"{count} retrieval requests: only {len(items)} NQ items")
-    rng = random.Random(f"{params.seed}/retrieval")
-    out = []
-    for item in rng.sample(items, count):
-        prompt = (f"{INSTRUCTION}\n\n{item.context(rng.choice(POSITIONS))}\n\n"
-                  f"Question: {item.question}\nAnswer:")
-        body = _openai_body([{"role": "user", "content": prompt}], params, "retrieval")
-        out.append(_Draft("retrieval", "openai", body, 0, answers=item.answers))
-    return out
-
-
-@dataclass
-class _Conversation:
-    """A recorded conversation: each assistant turn's offset (s from the first turn) and
-    history; its requests are built for an API on first use."""
-
-    id: str
-    offsets: list[float]
-    histories: list[list[dict[str, Any]]]
-    tools: list[dict[str, Any]]
-    built: dict[str, list[_Draft]]
-
-    def turns(self, api: str, params: MixParams) -> list[_Draft]:
-        if api not in self.built:
-            self.built[api] = [
-                _Draft("agent", api, _as(api, _openai_body(history, params, "agent",
-                                                           tools=self.tools), params), 0,
-                       conversation=self.id, turn=j)
-                for j, history in enumerate(self.histories)]
-        return self.built[api]
-
-
-def _conversations(params: MixParams) -> list[_Conversation]:
-    """The split's conversations in a seeded order, with their turns' offsets: after tool
-    results ``tool_gap_s`` + Exp(``tool_gap_extra_s``), after a user message ``user_gap_s`` +
-    Exp(``user_gap_extra_s``)."""
-    conversations, tools = load_traces(params.split)
-    order = list(range(len(conversations)))
-    random.Random(f"{params.seed}/conversations").shuffle(order)
-    out = []
-    for c in order:
-        messages, cid = conversations[c], f"tau-{params.split}-{c:03d}"
-        rng = random.Random(f"{params.seed}/gaps/{cid}")
-        offsets, histories, at, last = [], [], 0.0, 0
-        for j, k in enumerate(i for i, m in enumerate(messages) if m["role"] == "assistant"):
-            if j:
-                user = any(m["role"] == "user" for m in messages[last + 1:k])
-                base, extra = ((params.user_gap_s, params.user_gap_extra_s) if user
-                               else (params.tool_gap_s, params.tool_gap_extra_s))
-                at += base + (rng.expovariate(1 / extra) if extra > 0 else 0.0)
-            last = k
-            offsets.append(at)
-            histories.append(messages[:k])
-        out.append(_Conversation(cid, offsets, histories, tools, {}))
-    return out
-
-
-def input_tokens(request: WorkRequest | _Draft) -> int:
+def input_tokens(request: WorkRequest) -> int:
     """A request's input tokens as the provider simulator counts them (o200k_base)."""
-    body = request.body
-    if request.api == "anthropic":
-        blocks = anthropic_prefix(body, _TOKENIZER)
-        return blocks[-1].end if blocks else 0
-    return len(openai_prompt(body, _TOKENIZER)) // 4
+    return sources.input_tokens(request.api, request.body)
 
 
 # -- arrivals --------------------------------------------------------------------------------
@@ -347,7 +171,7 @@ class _Agents:
 
     def __init__(self, params: MixParams) -> None:
         self.params = params
-        self.pool = _conversations(params) if params.agent_share > 0 else []
+        self.pool = sources.conversations(params) if params.agent_share > 0 else []
         share = params.agent_anthropic_share
         self.api = ["anthropic" if math.floor((k + 1) * share) > math.floor(k * share)
                     else "openai" for k in range(len(self.pool))]
@@ -363,7 +187,7 @@ class _Agents:
         rng = random.Random(f"{params.seed}/starts")
         self.gaps = [rng.expovariate(1.0) for _ in self.pool]  # starts at rate 1
 
-    def schedule(self, count: int, span_s: float) -> list[tuple[float, _Draft]]:
+    def schedule(self, count: int, span_s: float) -> list[tuple[float, sources.Draft]]:
         """The first ``count`` turns at or after 0, at a turn rate of count / span_s."""
         if count == 0:
             return []
@@ -374,7 +198,7 @@ class _Agents:
         busy = {i for _, i in self.under_way[:k]}
         fresh = (i for i in range(len(self.pool)) if i not in busy)
         starts = itertools.accumulate(gap / rate for gap in self.gaps)
-        times: list[tuple[float, _Draft]] = []
+        times: list[tuple[float, sources.Draft]] = []
         for at, i in itertools.chain(((-age * self.pool[i].offsets[-1], i)
                                       for age, i in self.under_way[:k]), zip(starts, fresh)):
             if len(times) >= count and at > times[count - 1][0]:
@@ -387,14 +211,14 @@ class _Agents:
                          f"n, the agent share or the load")
 
 
-def _tokens(draft: _Draft) -> int:
+def _tokens(draft: sources.Draft) -> int:
     if not draft.tokens:
-        draft.tokens = input_tokens(draft)
+        draft.tokens = sources.input_tokens(draft.api, draft.body)
     return draft.tokens
 
 
-def _layout(params: MixParams, drafts: dict[str, list[_Draft]], agents: _Agents,
-            count: int, span_s: float) -> list[tuple[float, _Draft]]:
+def _layout(params: MixParams, drafts: dict[str, list[sources.Draft]], agents: _Agents,
+            count: int, span_s: float) -> list[tuple[float, sources.Draft]]:
     timed = [*agents.schedule(count, span_s)]
     for kind in ("chat", "retrieval"):
         if drafts[kind]:
@@ -403,7 +227,7 @@ def _layout(params: MixParams, drafts: dict[str, list[_Draft]], agents: _Agents,
     return sorted(timed, key=lambda x: x[0])
 
 
-def _tpm(timed: list[tuple[float, _Draft]], warmup: int) -> float:
+def _tpm(timed: list[tuple[float, sources.Draft]], warmup: int) -> float:
     """The busiest model's input tokens per minute over the measured requests."""
     measured = timed[warmup:]
     span = max(measured[-1][0] - measured[0][0], 1e-9)
@@ -418,11 +242,11 @@ def build(params: MixParams | None = None) -> list[WorkRequest]:
     do not sum to 1, or a mix the data cannot fill."""
     params = params or MixParams()
     counts = _counts(params)
-    drafts = {"chat": _chat(params, counts["chat"]),
-              "retrieval": _retrieval(params, counts["retrieval"])}
+    drafts = {"chat": sources.chat_drafts(params, counts["chat"]),
+              "retrieval": sources.retrieval_drafts(params, counts["retrieval"])}
     agents = _Agents(params)
     target = params.load * params.tpm_limit
-    tried: list[tuple[float, float, list[tuple[float, _Draft]]]] = []  # (miss, span, timed)
+    tried: list[tuple[float, float, list[tuple[float, sources.Draft]]]] = []  # (miss, span, timed)
 
     def attempt(span_s: float) -> float:
         timed = _layout(params, drafts, agents, counts["agent"], span_s)
@@ -457,11 +281,12 @@ def offered_load(requests: list[WorkRequest], params: MixParams | None = None
     tokens = {r.id: input_tokens(r) for r in requests}
     per_min = 60 / span_s if span_s else 0.0
     models = sorted({r.model for r in measured})
-    by_model = {m: {"input_tpm": round(sum(tokens[r.id] for r in measured if r.model == m)
-                                       * per_min),
-                    "input_plus_max_tokens_tpm": round(sum(
-                        tokens[r.id] + int(r.body["max_tokens"]) for r in measured
-                        if r.model == m) * per_min)} for m in models}
+    by_model: dict[str, dict[str, float]] = {}
+    for m in models:
+        mine = [r for r in measured if r.model == m]
+        by_model[m] = {"input_tpm": round(sum(tokens[r.id] for r in mine) * per_min),
+                       "input_plus_max_tokens_tpm": round(sum(
+                           tokens[r.id] + int(r.body["max_tokens"]) for r in mine) * per_min)}
     out: dict[str, Any] = {
         "measured_span_s": round(span_s, 1),
         "requests_per_s": round((len(measured) - 1) / span_s, 2) if span_s else 0.0,
