@@ -4,44 +4,46 @@ retrieval, with Poisson arrivals near a provider's token-per-minute limit. Pure:
 
     build(params)          -> list[WorkRequest], in arrival order (the first ``warmup`` flagged)
     summary(requests)      -> dict: counts, repeats and paraphrases, mean input tokens
-    offered_load(requests) -> dict: input tokens per request (by kind) and per minute (by model)
+    offered_load(requests, params) -> dict: input tokens per request (by kind) and per minute
+                              (by model, input alone and input + max_tokens, share of the limit)
+    python bench/workload_mix.py ['{"tpm_limit": 450000}']   prints the three
 
-Kinds (shares of all requests, default 45 / 35 / 20: agent traffic is most of the tokens a
-gateway sees in front of a coding or support agent, chat most of the requests of an
-assistant app, retrieval a steady minority; the issue's mix):
+Kinds, shares of all requests (default 45 / 35 / 20, the issue's mix: agent turns carry most
+of the tokens, chat most of the repeats, retrieval long one-off prompts):
 
 - agent: τ-bench airline conversations (test split; bench/agent_traces.py), one request per
   assistant turn with the recorded history so far and the 14 tools, temperature 0 (τ-bench's
   run.py default), the system prompt as recorded (its "The current time is ..." line is the
-  same in every request). A conversation's turns come in order, each ``gap`` seconds after
-  the previous one: after tool results ``tool_gap_s`` + Exp(``tool_gap_extra_s``), after a
-  user message ``user_gap_s`` + Exp(``user_gap_extra_s``) (the traces' user is an LLM, as in
-  τ-bench; each gap covers the previous answer's stream too: a runner should still hold a
-  turn until its previous turn has ended). A share of the conversations (half by default,
-  alternating) are Anthropic Messages (gateway.formats.openai_to_anthropic), no markers.
-- chat: one-question chats, temperature 0, over a population of groups ranked by a seeded
-  shuffle and drawn with Zipf popularity (P(rank r) ~ r^-zipf_s; 0.8, the top of the
-  0.64-0.83 Breslau et al. measured for web requests, INFOCOM 1999). Groups: the first turns
-  of MT-Bench and Vicuna (160, one wording each: repeats are exact); ``paraphrase_pairs``
-  Quora Question Pairs labelled duplicates (test split: a group of two wordings, the second
-  visit asks the other one, later visits either); ``near_miss_pairs`` QQP pairs labelled
-  *not* duplicates whose word sets overlap by half or more (two groups: a cache matching on
-  similarity alone serves one's answer to the other). ``group`` names the group: a cached
-  answer is right only for a request of the same group. A share (``chat_anthropic_share``)
-  goes as Anthropic Messages.
+  same in every request). A conversation's turns come in order, each after the previous one
+  by ``tool_gap_s`` + Exp(``tool_gap_extra_s``) when tool results came between, else
+  ``user_gap_s`` + Exp(``user_gap_extra_s``) (the traces' user is an LLM, as in τ-bench; a
+  gap covers the previous answer's stream too: a runner should still hold a turn until its
+  previous turn has ended). ``agent_anthropic_share`` of the conversations (half) are
+  Anthropic Messages (gateway.formats.openai_to_anthropic), without cache markers.
+- chat: one-question chats, temperature 0, over groups ranked by a seeded shuffle and drawn
+  with Zipf popularity (P(rank r) ~ r^-zipf_s; 0.8, the top of the 0.64-0.83 Breslau et al.
+  measured for web requests, INFOCOM 1999). Groups: the first turns of MT-Bench and Vicuna
+  (160, one wording each: their repeats are exact); ``paraphrase_pairs`` Quora Question Pairs
+  labelled duplicates (test split; a group of two wordings: the second visit asks the other
+  one, later visits either); ``near_miss_pairs`` QQP pairs labelled *not* duplicates whose
+  word sets overlap by half or more (two groups: a cache matching on similarity alone serves
+  one's answer to the other). ``group`` names the meaning: a cached answer is right only for
+  a request of the same group (QQP's labels are human and noisy). ``chat_anthropic_share``
+  (a quarter, drawn per request) go as Anthropic Messages: enough to exercise both caches.
 - retrieval: NQ-open with 20 documents (bench/compression_data.py, test half), the gold
   passage at 1, 5, 10, 15 or 20, lost-in-the-middle's QA prompt (instruction, documents,
-  then the question), temperature 0 (their greedy decoding); ``answers`` holds the gold
-  answers (a compressed prompt must keep one).
+  then the question), temperature 0 (their greedy decoding), OpenAI only; ``answers`` holds
+  the gold answers (a compressed prompt must keep one).
 
 Arrivals: chat and retrieval are Poisson processes; conversations start as a Poisson process
-already running before time 0 (the stream is stationary: conversations under way at 0
-contribute their later turns, the warm-up absorbs them). The span is solved so that the
-busiest model's offered input tokens per minute over the measured requests are ``load`` x
-``tpm_limit``. Token counts: o200k_base through gateway.testing.cache_sim's Tokenizer, over
-what the provider simulator counts (cache_sim.openai_prompt, cache_sim.anthropic_prefix),
-for both APIs (Claude's own tokenizer counts more: a stated approximation).
-Bodies share their messages and tools between requests: read-only.
+already running at time 0 (stationary: the conversations under way contribute their later
+turns). The span is solved so that the busiest model's offered input tokens per minute over
+the measured requests are ``load`` x ``tpm_limit`` (0.7 of 2M: near the limit, with room for
+Poisson bursts). The warm-up (100 requests, a few seconds) warms caches and connections and
+holds the first turn of nearly every conversation under way at 0. Token counts: o200k_base
+through gateway.testing.cache_sim's Tokenizer, over what the provider simulator counts
+(cache_sim.openai_prompt, cache_sim.anthropic_prefix), for both APIs (Claude's tokenizer
+counts more: an approximation). Bodies share messages and tools: read-only.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ class MixParams:
     agent_share: float = 0.45  # shares of all requests (warm-up included), summing to 1
     chat_share: float = 0.35
     retrieval_share: float = 0.20
-    tpm_limit: int = 2_000_000  # tokens/min per model and key (OpenAI gpt-4o, tier 4)
+    tpm_limit: int = 2_000_000  # tokens/min per model and key (OpenAI gpt-4o, tier 4):
+    # pass the simulator's own limit here
     load: float = 0.7  # the busiest model's offered input tokens/min over tpm_limit
     openai_model: str = "gpt-4o"
     anthropic_model: str = "claude-sonnet-4-5"
@@ -354,3 +357,12 @@ def summary(requests: list[WorkRequest]) -> dict[str, Any]:
                   "measured_entering_mid_conversation": entered_mid},
         "load": offered_load(requests),
     }
+
+
+if __name__ == "__main__":  # python bench/workload_mix.py ['{"tpm_limit": 450000}']
+    import sys
+
+    chosen = MixParams.from_dict(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
+    built = build(chosen)
+    print(json.dumps({"params": chosen.to_dict(), "summary": summary(built),
+                      "load": offered_load(built, chosen)}, indent=1))
