@@ -94,6 +94,26 @@ models = ["claude-sonnet-4-5"]
 STAGES = ("rate_limit", "cache", "coalesce", "route", "compress", "prompt_cache", "admission")
 
 
+#: Tokens per minute of the simulated account (OpenAI gpt-4o at usage tier 4; Anthropic's
+#: Sonnet input tokens per minute at its tier 4), the mix offering 70% of it.
+TPM = 2_000_000
+#: The account's limits at tier 4 (OpenAI's and Anthropic's rate-limit pages, as
+#: bench/provider_sim_params.py cites them for tier 2): model -> fields to override.
+TIER4 = {"gpt-4o": {"tpm": 2_000_000}, "gpt-4o-mini": {"tpm": 10_000_000},
+         "claude-sonnet-4-5": {"itpm": 2_000_000, "otpm": 400_000},
+         "claude-haiku-4-5": {"itpm": 4_000_000, "otpm": 800_000}}
+
+
+def sim_defaults() -> dict[str, Any]:
+    """The simulator's parameters for this bench: its defaults, at tier-4 limits."""
+    from bench.provider_sim import SimParams
+
+    params = SimParams().to_dict()
+    params["models"] = [{**m, **TIER4.get(m["name"], {})} for m in params["models"]]
+    SimParams.from_dict(params)  # still valid
+    return params
+
+
 def gateway_toml(port: int, sim: str, policy: str) -> str:
     models = "".join(f'[models."{name}"]\ntargets = [{{ upstream = "{up}", model = "{m}" }}]\n'
                      for name, (up, m) in MODELS.items())
@@ -184,6 +204,7 @@ async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: di
     sim = Sim(sim_params, work / f"{name}.upstream.jsonl")
     proxy: Any = None
     pid: int | None = None
+    key = CLIENT_KEY
     log = work / f"{name}.log"
     try:
         if name == "direct":
@@ -191,11 +212,11 @@ async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: di
         elif name == "litellm":
             from bench.litellm_proxy import LiteLLMProxy, ModelRoute, ensure
             ensure()
-            routes = [ModelRoute(n, up, sim.url + ("/v1" if up == "openai" else ""), m, KEY_ENV)
-                      for n, (up, m) in MODELS.items()]
-            proxy = LiteLLMProxy(routes, work=work / "litellm", env={KEY_ENV: UPSTREAM_KEY})
+            routes = [ModelRoute(n, up, sim.url, m, KEY_ENV) for n, (up, m) in MODELS.items()]
+            proxy = LiteLLMProxy(routes, env={KEY_ENV: UPSTREAM_KEY})
             proxy.__enter__()
             pid = proxy.pid
+            key = proxy.master_key
             base = {"openai": proxy.url + "/v1", "anthropic": proxy.url}
         else:
             port = free_port()
@@ -214,14 +235,14 @@ async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: di
         warm = [r for r in mix if r.warmup]
         measured = [r for r in mix if not r.warmup]
         t0 = time.perf_counter()
-        warm_results = await replay(_rebased(warm), base, CLIENT_KEY, speed)
+        warm_results = await replay(_rebased(warm), base, key, speed)
         warm_s = time.perf_counter() - t0
         before = await sim.stats()
         cpu0 = cpu_seconds(pid) if pid else 0.0
         t1 = time.perf_counter()
-        results = await replay(_rebased(measured), base, CLIENT_KEY, speed)
+        results = await replay(_rebased(measured), base, key, speed)
         wall_s = time.perf_counter() - t1
-        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0  # the measured window only
         after = await sim.stats()
     finally:
         if name == "litellm" and proxy is not None:
@@ -263,21 +284,21 @@ async def _semantic_ready(url: str, timeout: float = 180.0) -> None:
 
 
 def main() -> int:
-    from bench.provider_sim import SimParams
     from bench.workload_mix import MixParams, build
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=600, help="measured requests")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=100, help="warm-up requests before them")
+    ap.add_argument("--seed", type=int, default=47)
     ap.add_argument("--paths", default="direct,default,every,litellm")
     ap.add_argument("--ablate", action="store_true", help="every-stage runs, one stage off")
     ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
     ap.add_argument("--json", type=Path, help="write the full results here")
     args = ap.parse_args()
 
-    mix_params = MixParams(n=args.n, seed=args.seed)
+    sim_params = sim_defaults()
+    mix_params = MixParams(n=args.n, warmup=args.warmup, seed=args.seed, tpm_limit=TPM)
     mix = build(mix_params)
-    sim_params = SimParams().to_dict()
     paths: list[tuple[str, str | None]] = []
     for name in args.paths.split(","):
         paths.append((name, {"default": DEFAULT_POLICY, "every": EVERY_POLICY}.get(name)))
