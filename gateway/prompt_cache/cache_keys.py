@@ -8,8 +8,8 @@ prompt is cached there. So every ``prompt_cache_key`` that goes upstream is an H
 under the deployment's secret (:mod:`gateway.secret`) over the gateway key's id:
 
 - **derived** (the prompt_cache stage sets one when the client sent none):
-  ``gw-`` + 16 hex digits over the key id and the static prefix (tools, leading system
-  messages), :meth:`CacheKeys.derived`;
+  ``gw-`` + 16 hex digits over the key id and the conversation's static prefix (tools,
+  leading system messages) and opening message, :meth:`CacheKeys.derived`;
 - **the client's own**, namespaced at the door before anything reads it:
   ``gwk-`` + 32 hex digits over the key id and the client's value (36 characters, within
   OpenAI's 64), :meth:`CacheKeys.client`. The same value from the same key is the same

@@ -12,7 +12,9 @@ another's):
   volatile while the prompt around it stays the same. One change may be an edit of the
   prompt and is not evidence; two prompts that differ in two lines (two agents of one key,
   a heading and a line apart; a clock and another line changing at once) are two variants,
-  and neither line counts.
+  and neither line counts. A prompt seen before, every line alike (:meth:`PromptMemory.recall`),
+  is evidence the other way: its metadata lines hold still (a date line all day, the clock
+  line of a recorded agent), so they stay where they are.
 - **Cached prefixes**, per key: the fingerprint of each prefix the gateway asked Anthropic to
   cache (a hash chain over its blocks, :mod:`gateway.prompt_cache.breakpoints`) and when it
   was last sent, for the 20-block lookback and the ``auto`` TTL. Shared by the keys as
@@ -67,6 +69,11 @@ class PromptMemory:
     def changed_lines(self, family: Hashable, lines: Sequence[int]) -> frozenset[int]:
         """The fingerprints among ``lines`` of lines seen to change (:data:`EVIDENCE` times),
         and remembers ``lines`` for the family's next request."""
+        return self.recall(family, lines)[0]
+
+    def recall(self, family: Hashable, lines: Sequence[int]) -> tuple[frozenset[int], bool]:
+        """:meth:`changed_lines`, and whether this very prompt (every line alike) was seen
+        before in the family: evidence that its lines hold still."""
         new = array("q", lines[: self._max_lines])
         tail = hash(tuple(lines[self._max_lines:]))  # the rest must be the same, as a whole
         variants = self._families.get(family)
@@ -78,6 +85,7 @@ class PromptMemory:
         else:
             self._families.move_to_end(family)
         best, changed = _closest(variants, new, tail)
+        seen = best is not None and changed is None
         changes: dict[int, int] = {}
         if best is not None:
             variants.remove(best)
@@ -86,7 +94,7 @@ class PromptMemory:
                 changes[changed] = changes.get(changed, 0) + 1
         variants.insert(0, _Variant(new, tail, changes))
         del variants[self._max_variants:]
-        return frozenset(new[j] for j, n in changes.items() if n >= EVIDENCE)
+        return frozenset(new[j] for j, n in changes.items() if n >= EVIDENCE), seen
 
     # -- cached prefixes --------------------------------------------------------------------
 

@@ -15,14 +15,15 @@ order:
 - **openai** (OpenAI-compatible servers and the local engine): tools sorted, volatile lines
   moved to the end of the last message, and ``prompt_cache_key`` set unless the client set
   one (its own, already namespaced by its key at the door): ``gw-`` + 16 hex digits of an
-  HMAC under the deployment's secret over the gateway key's id and the static prefix
-  (tools and leading system messages, as sent; :mod:`~gateway.prompt_cache.cache_keys`), so
-  requests sharing a prefix are routed to the same OpenAI cache machine
+  HMAC under the deployment's secret over the gateway key's id, the static prefix (tools
+  and leading system messages) and the conversation's opening message, as sent
+  (:mod:`~gateway.prompt_cache.cache_keys`), so a conversation's turns are routed to the
+  OpenAI cache machine holding its history
   (https://platform.openai.com/docs/guides/prompt-caching), and no other key can send it.
   The local engine ignores fields it does not know, so it is sent there too;
 - **responses** (a Responses request to an upstream serving it natively): tools sorted and
   ``prompt_cache_key`` set likewise (its static prefix: tools, ``instructions``, the leading
-  system and developer items); nothing moved. A Responses request translated for a chat
+  system and developer items; then the opening item); nothing moved. A Responses request translated for a chat
   upstream is shaped as **openai** or **anthropic**, after translation.
 
 What it did goes into the log line (``prompt_cache_breakpoints``, ``prompt_cache_moved``:
@@ -42,6 +43,7 @@ from gateway.prompt_cache.breakpoints import Placed, Ttl, min_tokens_for, place
 from gateway.prompt_cache.cache_keys import CacheKeys
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.volatile import (
+    ClassifyLine,
     Cut,
     Detector,
     Moved,
@@ -73,8 +75,8 @@ class Shaping:
     """One request's shaping: built by the stage, called by dispatch once per target as
     ``shaping(body, upstream_api) -> body``."""
 
-    __slots__ = ("_changed", "_cuts", "_key", "_keys", "_memory", "_placed", "_record",
-                 "_settings")
+    __slots__ = ("_changed", "_cuts", "_key", "_keys", "_memory", "_opening", "_placed",
+                 "_record", "_settings", "_still")
 
     def __init__(self, settings: Settings, memory: PromptMemory, keys: CacheKeys,
                  record: RequestRecord, key_id: str | None, model: str, body: dict[str, Any],
@@ -87,10 +89,13 @@ class Shaping:
         self._cuts: dict[tuple[str, ...], dict[str, Cut]] = {}
         self._placed: Placed | None = None
         self._changed: frozenset[int] = frozenset()
+        self._still = False  # this system prompt was seen before, every line alike
+        self._opening = _opening(body.get("input" if api == "responses" else "messages"))
         if settings.detector is not None and settings.detect_changes:
             texts = relocate.system_texts(body, api)
             if texts:
-                self._changed = memory.changed_lines((key_id, model), fingerprints(texts))
+                self._changed, self._still = memory.recall((key_id, model),
+                                                           fingerprints(texts))
 
     def plan(self, texts: list[str]) -> dict[str, Cut]:
         """The volatile lines of a system prompt's ``texts`` (planned once per request for
@@ -98,8 +103,10 @@ class Shaping:
         done = self._cuts.get(tuple(texts))
         if done is None:
             assert self._settings.detector is not None
-            done = self._cuts[tuple(texts)] = plan(texts, self._settings.detector.kind,
-                                                   self._changed)
+            kind = self._settings.detector.kind
+            if self._still:  # a metadata line seen holding still stays; the operator's move
+                kind = _custom_only(kind)
+            done = self._cuts[tuple(texts)] = plan(texts, kind, self._changed)
         return done
 
     def __call__(self, body: dict[str, Any], api: str) -> dict[str, Any]:
@@ -162,7 +169,11 @@ class Shaping:
         return out
 
     def _cache_key(self, tools: Any, static: list[Any]) -> str:
-        return self._keys.derived(self._key, tools, static)
+        """The conversation's key: its static prefix and its opening message, as the client
+        sent it (OpenAI routes by prefix and key to one cache machine, and spreads a prefix
+        and key sent more than ~15 times a minute over more: one key per conversation keeps
+        each conversation's turns on the machine holding its history)."""
+        return self._keys.derived(self._key, tools, [*static, self._opening])
 
     def _log(self, added: int, moved: Sequence[Moved]) -> None:
         kinds = Counter(m.kind for m in moved)
@@ -173,6 +184,25 @@ class Shaping:
         """The request went through: remember the prefixes it asked Anthropic to cache."""
         if self._placed is not None and self._placed.prefixes:
             self._memory.remember(self._key, self._placed.prefixes)
+
+
+def _opening(messages: Any) -> Any:
+    """The first message (or Responses item) after the leading system and developer ones:
+    what opens the conversation; None when there is none."""
+    if isinstance(messages, str):
+        return messages
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            return message
+    return None
+
+
+def _custom_only(kind: ClassifyLine) -> ClassifyLine:
+    """``kind`` with only the operator's patterns (``custom``) left."""
+    def custom(line: str) -> str | None:
+        found = kind(line)
+        return found if found == "custom" else None
+    return custom
 
 
 def _leading(messages: Any) -> list[Any]:

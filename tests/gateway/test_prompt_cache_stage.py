@@ -404,7 +404,7 @@ def test_a_native_responses_request_gets_a_cache_key_and_its_text_as_sent(make, 
     with oclient(gw) as c:
         c.responses.create(model="gpt-native", instructions=system(0), input="hi",
                            tools=RESPONSES_TOOLS)
-        c.responses.create(model="gpt-native", instructions=system(0), input="bye",
+        c.responses.create(model="gpt-native", instructions=system(0), input="hi",
                            tools=list(reversed(RESPONSES_TOOLS)))
         c.responses.create(model="gpt-native", instructions=system(1), input="hi",
                            prompt_cache_key="mine")
@@ -413,6 +413,7 @@ def test_a_native_responses_request_gets_a_cache_key_and_its_text_as_sent(make, 
     assert first["instructions"] == system(0) and first["input"] == "hi"
     assert first["prompt_cache_key"].startswith("gw-")
     assert second["prompt_cache_key"] == first["prompt_cache_key"]  # tools in one order
+    # (the same conversation: its opening input; another opening is another conversation)
     assert second["tools"] == first["tools"]
     # the client's own is kept, namespaced by its gateway key
     assert third["prompt_cache_key"] == gw.gateway.cache_keys.client("team-a", "mine")

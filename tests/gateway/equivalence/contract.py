@@ -15,7 +15,8 @@ Stage prompt_cache (on by default):
 
 - P1 ``tools`` reordered and keys inside them reordered: the same multiset of definitions.
 - P2 OpenAI: ``prompt_cache_key`` ("gw-" + 16 lowercase hex digits, an HMAC under the
-  deployment's secret of the gateway key and the static prefix) when the client set none.
+  deployment's secret of the gateway key, the static prefix and the opening message)
+  when the client set none.
 - P3 Anthropic: ``cache_control`` markers (``{"type": "ephemeral"}``, optionally with
   ``"ttl": "1h"``) on at most 4 blocks in all, the client's counted and kept; a string
   ``system`` or message ``content`` may become one text block to carry one. Both sides are

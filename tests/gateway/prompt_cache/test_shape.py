@@ -79,6 +79,10 @@ def test_the_cache_key_follows_the_static_prefix_and_the_gateway_key():
     # Another conversation, another time, tools in another order: the same prefix, the key.
     assert key(chat(system=RULES + "\nNow: 11:30", turns=3, tools=TOOLS[::-1])) == first
     assert key(chat(system="Another agent.")) != first
+    # Another conversation (another opening message) keeps its own cache machine.
+    opened = chat(system=RULES + "\nNow: 10:00")
+    opened["messages"][1] = {"role": "user", "content": "another question"}
+    assert key(opened) != first
     assert key(chat(system=RULES + "\nNow: 10:00"), key="k2") != first
     # A time that cannot move (here inside a list) is part of the prefix.
     assert key(chat(system=RULES + "\n- Now: 10:00")) != key(chat(system=RULES + "\n- Now: 11:30"))
@@ -148,3 +152,20 @@ def test_system_texts_read_either_api(api):
     if api == "anthropic":
         body = anthropic_request(body, "c", 8)
     assert system_texts(body, api) == [RULES]
+
+
+def test_a_metadata_line_seen_holding_still_stays_in_place():
+    gw = Gateway()
+    # First seen: a time line moves (the prefix before it stays the same if it changes).
+    out, rec = gw.shape(chat(system=f"{RULES}\n{NOW}"))
+    assert out["messages"][0]["content"] == RULES and rec.prompt_cache_moved == {"timestamp": 1}
+    # The same prompt again, every line alike (a recorded agent's clock, a date all day):
+    # moving it would only cost the conversation's cached tail, so it stays.
+    for turns in (2, 3):
+        out, rec = gw.shape(chat(system=f"{RULES}\n{NOW}", turns=turns))
+        assert out["messages"][0]["content"] == f"{RULES}\n{NOW}"
+        assert out["messages"][-1]["content"] == f"question {turns - 1}"
+        assert rec.prompt_cache_moved == {}
+    # Another key has seen nothing: it moves there.
+    assert gw.shape(chat(system=f"{RULES}\n{NOW}"), key="k2")[1].prompt_cache_moved == {
+        "timestamp": 1}
