@@ -199,8 +199,9 @@ class Sim:
 
 
 async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: dict[str, Any],
-                   work: Path, speed: float) -> dict[str, Any]:
-    """One path: a fresh simulator, the proxy (or none), warm-up, the measured requests."""
+                   work: Path, speed: float, source: Path = ROOT) -> dict[str, Any]:
+    """One path: a fresh simulator, the proxy (or none), warm-up, the measured requests.
+    ``source``: the gateway's packages (another revision's, extracted, for ``NAME@REV``)."""
     sim = Sim(sim_params, work / f"{name}.upstream.jsonl")
     proxy: Any = None
     pid: int | None = None
@@ -226,7 +227,8 @@ async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: di
             with log.open("wb") as out:
                 proxy = subprocess.Popen(  # noqa: ASYNC220 (started once, not awaited)
                     [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)],
-                    cwd=ROOT, stdout=out, env={**os.environ, KEY_ENV: UPSTREAM_KEY})
+                    cwd=source, stdout=out, env={**os.environ, KEY_ENV: UPSTREAM_KEY,
+                                                 "PYTHONPATH": str(source)})
             pid = proxy.pid
             url = f"http://127.0.0.1:{port}"
             await wait_ready(url + "/readyz", timeout=120)
@@ -294,6 +296,8 @@ def main() -> int:
     ap.add_argument("--ablate", action="store_true", help="every-stage runs, one stage off")
     ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
     ap.add_argument("--json", type=Path, help="write the full results here")
+    ap.add_argument("--baseline-rev", help="also the default policy on this git revision's "
+                    "gateway (path default@REV)")
     args = ap.parse_args()
 
     sim_params = sim_defaults()
@@ -309,10 +313,24 @@ def main() -> int:
             paths.append((f"every-no-{stage}", policy))
 
     work = Path(tempfile.mkdtemp(prefix="workload-"))
+    sources = {name: ROOT for name, _ in paths}
+    if args.baseline_rev:
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short",
+                              args.baseline_rev], check=True, capture_output=True,
+                             text=True).stdout.strip()
+        tree = work / "baseline"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "gateway", "llm_wire",
+                                  "local_engine", "policies"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        paths.insert(2, (f"default@{rev}", DEFAULT_POLICY))
+        sources[f"default@{rev}"] = tree
     runs: list[dict[str, Any]] = []
     for name, policy in paths:
         print(f"# {name} ...", file=sys.stderr, flush=True)
-        runs.append(asyncio.run(run_path(name, policy, mix, sim_params, work, args.speed)))
+        runs.append(asyncio.run(run_path(name, policy, mix, sim_params, work, args.speed,
+                                         sources[name])))
     direct = next((r for r in runs if r["name"] == "direct"), None)
     by_id = {r.id: r for r in mix}
     report = {"mix": mix_params.to_dict(), "sim": sim_params, "work": str(work), "paths": {}}
