@@ -40,21 +40,51 @@ def gateway_log(path: Path | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _recorded_ids(record: Path) -> Counter[str]:
-    ids: Counter[str] = Counter()
+def _text(content: Any) -> str:
+    """A message's content as text: a string, or its blocks' text (markers left out)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text") or orjson.dumps(
+            {k: v for k, v in b.items() if k != "cache_control"}).decode()
+            if isinstance(b, dict) else str(b) for b in content)
+    return "" if content is None else orjson.dumps(content).decode()
+
+
+def content_key(body: Any) -> tuple[int, str, str]:
+    """What names a request when a proxy does not pass ``x-request-id`` on: its number of
+    messages, its first and its last message's text (markers and serialisation aside)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return (0, "", "")
+    return (len(messages), _text(messages[0].get("content")), _text(messages[-1].get("content")))
+
+
+def recorded(run: dict[str, Any], by_id: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """Each body the provider received (``record`` lines, in order) with the request it
+    belongs to: by ``x-request-id``, else by :func:`content_key` (the earliest measured or
+    warm-up request of that content not yet matched); None when none."""
+    record: Path = run["record"]
     if not record.exists():
-        return ids
-    for line in record.read_bytes().splitlines():
-        rid = (orjson.loads(line).get("headers") or {}).get("x-request-id")
-        if rid:
-            ids[rid] += 1
-    return ids
+        return []
+    lines = [orjson.loads(line) for line in record.read_bytes().splitlines()]
+    pending: dict[tuple[int, str, str], list[str]] = {}
+    for r in [*run["warm_results"], *run["results"]]:
+        pending.setdefault(content_key(by_id[r.id].body), []).append(r.id)
+    out: list[tuple[str | None, Any]] = []
+    for rec in lines:
+        rid = (rec.get("headers") or {}).get("x-request-id")
+        if rid is None:
+            queue = pending.get(content_key(rec.get("body")))
+            rid = queue.pop(0) if queue else None
+        out.append((rid if rid in by_id else None, rec))
+    return out
 
 
-def hits(run: dict[str, Any]) -> dict[str, str]:
+def hits(run: dict[str, Any], by_id: dict[str, Any]) -> dict[str, str]:
     """Measured request id -> how a proxy answered it without the provider: the gateway's
     cache layer (``exact``, ``semantic``) or ``coalesced``; for another proxy, ``cache``
-    when the provider never received the request (its record has no body with that id)."""
+    when the provider never received the request (:func:`recorded`)."""
     measured = [r for r in run["results"] if r.outcome == "ok"]
     if run["name"] == "direct":
         return {}
@@ -68,13 +98,14 @@ def hits(run: dict[str, Any]) -> dict[str, str]:
             elif rec.get("coalesced") == "follower":
                 out[r.id] = "coalesced"
         return out
-    seen = _recorded_ids(run["record"])
+    seen = {rid for rid, _ in recorded(run, by_id) if rid is not None}
     if not seen:
         return {}
     return {r.id: "cache" for r in measured if r.id not in seen}
 
 
-def summarize(run: dict[str, Any], direct: dict[str, Any] | None) -> dict[str, Any]:
+def summarize(run: dict[str, Any], direct: dict[str, Any] | None,
+              by_id: dict[str, Any]) -> dict[str, Any]:
     """Latency (ms), outcomes, cost (USD), hits, CPU (s) of one path; ratios to ``direct``."""
     results = run["results"]
     ok = [r for r in results if r.outcome == "ok" and r.ttft_ms is not None]
@@ -91,14 +122,14 @@ def summarize(run: dict[str, Any], direct: dict[str, Any] | None) -> dict[str, A
         "upstream_requests": len(run["upstream"]),
         "upstream_faults": dict(Counter(str(u.get("fault")) for u in run["upstream"])),
         "cpu_s": run["cpu_s"], "wall_s": run["wall_s"],
-        "hits": dict(Counter(hits(run).values())),
+        "hits": dict(Counter(hits(run, by_id).values())),
         "by_kind": {},
     }
     for kind in sorted({r.kind for r in results}):
         mine = [r.ttft_ms for r in ok if r.kind == kind]
         s["by_kind"][kind] = {"n": len(mine), "ttft_p50": pct(mine, 50), "ttft_p95": pct(mine, 95)}
     if direct is not None and direct is not run:
-        d = summarize(direct, None)
+        d = summarize(direct, None, by_id)
         s["ratios"] = {k: s[k] / d[k] for k in ("ttft_p50", "ttft_p95", "ttft_p99", "e2e_p50",
                                                  "e2e_p99") if s[k] and d[k]}
         if d["cost_usd"]:
@@ -111,13 +142,13 @@ def served_wrong(run: dict[str, Any], direct: dict[str, Any] | None,
     """Hits whose answer came from another question: the provider's answers are a function of
     the prompt, so an answer's text is traced to a request that got it from the provider (in
     this run, else in the direct run); a hit is right when that request is this one or a
-    paraphrase of it (the same chat ``group``)."""
-    answered = hits(run)
+    paraphrase of it (the same chat ``group``) or asked the very same (the same body)."""
+    answered = hits(run, by_id)
     if not answered:
         return 0
     origin: dict[str, set[str | None]] = {}
-    for source in (run, direct or {"results": []}):
-        for r in source["results"]:
+    for source in (run, direct or {"results": [], "warm_results": []}):
+        for r in [*source["warm_results"], *source["results"]]:
             if r.outcome == "ok" and r.id not in answered:
                 origin.setdefault(r.text_sha, set()).add(r.id)
     wrong = 0
@@ -127,7 +158,8 @@ def served_wrong(run: dict[str, Any], direct: dict[str, Any] | None,
         sources = origin.get(r.text_sha, set())
         mine = by_id[r.id]
         if r.id in sources or any(
-                mine.group is not None and by_id[o].group == mine.group for o in sources):
+                (mine.group is not None and by_id[o].group == mine.group)
+                or by_id[o].body == mine.body for o in sources):
             continue
         wrong += 1
     return wrong
@@ -142,14 +174,9 @@ def meaning_changed(run: dict[str, Any], by_id: dict[str, Any],
 
     allowed = Allowed(models=frozenset(m for _, m in models.values()), compress=compress)
     out: dict[str, Any] = {"checked": 0, "changed": 0, "unmatched": 0, "examples": []}
-    record: Path = run["record"]
-    if not record.exists():
-        return out
     measured = {r.id for r in run["results"]}
-    for line in record.read_bytes().splitlines():
-        rec = orjson.loads(line)
-        rid = (rec.get("headers") or {}).get("x-request-id")
-        if rid not in by_id:
+    for rid, rec in recorded(run, by_id):
+        if rid is None:
             out["unmatched"] += 1
             continue
         if rid not in measured:

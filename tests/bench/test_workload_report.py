@@ -45,8 +45,8 @@ def test_percentiles_by_nearest_rank() -> None:
 
 
 def test_a_hit_is_wrong_only_when_its_answer_came_from_another_question(tmp_path: Path) -> None:
-    by_id = {"a": Req("a", group="g1"), "b": Req("b", group="g1"), "c": Req("c", group="g2"),
-             "d": Req("d", group="g3")}
+    by_id = {k: Req(k, group=g, body=k) for k, g in (("a", "g1"), ("b", "g1"), ("c", "g2"),
+                                                     ("d", "g3"))}
     direct = run("direct", [result("a", "A"), result("b", "B"), result("c", "C"),
                             result("d", "D")])
     log = log_file(tmp_path, [{"request_id": "b", "cache": "hit", "cache_layer": "semantic"},
@@ -55,7 +55,7 @@ def test_a_hit_is_wrong_only_when_its_answer_came_from_another_question(tmp_path
     gw = run("default", [result("a", "A"), result("b", "A"), result("c", "C"), result("d", "C")],
              log=log)
     assert served_wrong(gw, direct, by_id) == 1
-    summary = summarize(gw, direct)
+    summary = summarize(gw, direct, by_id)
     assert summary["hits"] == {"semantic": 2}
     assert summary["ratios"]["ttft_p50"] == 1.0
 
