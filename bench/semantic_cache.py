@@ -201,8 +201,9 @@ async def latency(requests: int) -> dict[str, Any]:
     sets = {"exact": stored, "paraphrase": [body(r["similar"]) for r in rows[:n]],
             "direct": stored}
     # The shipped policy without its routing section, whose tiers name models this
-    # benchmark's gateway does not have.
+    # benchmark's gateway does not have, its semantic layer turned on (off by default).
     policy = (ROOT / "policies" / "default.toml").read_text().split("\n[routing]")[0]
+    policy = policy.replace("\nsemantic = false\n", "\nsemantic = true\n")
     from gateway.testing.redis_server import RedisServer
 
     results: dict[str, Any] = {"lookup_budget_ms": load_policy(

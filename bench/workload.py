@@ -62,9 +62,13 @@ MODELS = {"gpt-4o": ("openai", "gpt-4o"), "gpt-4o-mini": ("openai", "gpt-4o-mini
 
 DEFAULT_POLICY = 'version = "workload-default"\n'
 
-#: Every stage on: compression (its gate deciding when it pays), routing by difficulty with
-#: the mix's models opted in (a weak tier of the same API), the rest as by default.
+#: Every stage on: the semantic cache, compression (its gate deciding when it pays), routing
+#: by difficulty with the mix's models opted in (a weak tier of the same API), the rest as by
+#: default.
 EVERY_POLICY = """version = "workload-every-stage"
+
+[cache]
+semantic = true
 
 [compression]
 enabled = true

@@ -30,6 +30,7 @@ from tests.conftest import DEFAULT_POLICY, GatewayServer
 CACHE_POLICY = DEFAULT_POLICY + """
 [cache]
 enabled = true
+semantic = true
 ttl_s = 600
 max_temperature = 1.0
 # a static operating point (no error bound): these tests are about the lookup's machinery

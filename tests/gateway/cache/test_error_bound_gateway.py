@@ -16,6 +16,7 @@ from tests.gateway.cache.test_cache_gateway import MEMORY, ask, bag_of_words, ch
 POLICY = DEFAULT_POLICY + """
 [cache]
 enabled = true
+semantic = true
 max_error_rate = 0.2
 explore_share = 0
 operating_point = { similarity = 0.5, verifier = 0.0 }

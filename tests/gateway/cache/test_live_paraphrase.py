@@ -1,5 +1,5 @@
-"""A live paraphrase through the stack `make run` serves: the shipped policy (its error
-bound and lookup budget), all-MiniLM-L6-v2 loaded by the gateway itself, the shipped
+"""A live paraphrase through the stack `make run` serves with the semantic layer turned on:
+the shipped policy (its error bound and lookup budget), all-MiniLM-L6-v2 loaded by the gateway itself, the shipped
 verifier, the memory backend, and an upstream a late hit may cancel (as the local engine
 is). The upstream holds its answer until the lookup has ended, so what the paraphrase gets
 depends on the cache alone, never on how fast this machine embeds.
@@ -27,6 +27,8 @@ def shipped(make_gateway: Callable[..., GatewayServer],
             fake_server: FakeServer) -> GatewayServer:
     # Without its routing section, whose tiers name models this gateway does not have.
     policy = SHIPPED.read_text().split("\n[routing]")[0]
+    assert "\nsemantic = false\n" in policy  # off by default (README: The response cache)
+    policy = policy.replace("\nsemantic = false\n", "\nsemantic = true\n")
     gw = make_gateway(f"""
 [upstreams.engine]
 type = "openai"

@@ -37,6 +37,7 @@ from tests.gateway.routing.test_routing import (
 POLICY = DEFAULT_POLICY + """
 [cache]
 enabled = true
+semantic = true
 # a static operating point (no error bound): these tests are about the lookup's machinery
 max_error_rate = 0
 operating_point = { similarity = 0.8, verifier = 0.0 }
@@ -332,6 +333,7 @@ def test_the_router_waits_for_the_lookups_embedding(make_gateway: Callable[..., 
     policy = routing_policy(tiny_artifact(tmp_path / "tiny.npz")) + """
 [cache]
 enabled = true
+semantic = true
 lookup_budget_ms = 0
 """
     gw = make_gateway(MODELS + "\n[cache]\nenabled = true\n", policy=policy, embed=held_embed)

@@ -218,6 +218,7 @@ def test_key_bs_answers_do_not_open_the_error_bound_for_key_a(
     policy = DEFAULT_POLICY + """
 [cache]
 enabled = true
+semantic = true
 max_error_rate = 0.2
 explore_share = 0
 operating_point = { similarity = 0.5, verifier = 0.0 }
