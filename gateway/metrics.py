@@ -98,9 +98,9 @@ class RequestCollector(Collector):
         series: tuple[tuple[str, str, list[str], dict[Any, int]], ...] = (
             ("gateway_requests", "Requests by route, served model and status.",
              ["route", "model", "status"], self.requests),
-            ("gateway_tokens", ("Tokens by served model and kind (prompt, completion; cached "
-                                "and cache_write: read from and written to the provider's "
-                                "prompt cache)."),
+            ("gateway_tokens", ("Tokens upstreams billed by served model and kind (prompt, "
+                                "completion, cached and cache_write: the provider's prompt "
+                                "cache); cache hits and coalesced followers add none."),
              ["model", "kind"], self.tokens),
             ("gateway_retries", "Upstream attempts beyond the first.", ["route"],
              self.retries),
@@ -341,10 +341,10 @@ class Metrics:
             c.ttft.observe(s.ttft, rec.ttft_ms / 1000)
         if rec.upstream_ms is not None and rec.upstream:
             c.upstream.observe(s.upstream, rec.upstream_ms / 1000)
+        billed = rec.cache != "hit" and rec.coalesced != "follower"  # else no upstream's
         for k, n in zip(s.tokens_keys, (rec.prompt_tokens, rec.completion_tokens,
-                                        rec.cached_tokens, rec.cache_write_tokens),
-                        strict=True):
-            if n:
+                                        rec.cached_tokens, rec.cache_write_tokens), strict=True):
+            if n and billed:
                 c.tokens[k] = c.tokens.get(k, 0) + n
         if rec.queue_ms:
             c.queue_wait.observe(c.queue_wait.get(rec.upstream or "none"), rec.queue_ms / 1000)

@@ -97,6 +97,18 @@ def test_exact_hit_skips_the_upstream(cached: GatewayServer, fake: FakeUpstream)
     log = cached.logged(2)[-1]
     assert (log["cache"], log["cache_layer"], log["status"]) == ("hit", "exact", 200)
     assert log["lookup_ms"] is not None and log["upstream"] is None
+    # The hit's usage is the stored answer's counts (clients budget their context from
+    # them), its whole prompt counted as cached; the tokens upstreams billed (metrics) count
+    # the first request only.
+    usage, hit_usage = first.json()["usage"], second.json()["usage"]
+    assert (hit_usage["prompt_tokens"], hit_usage["completion_tokens"]) == (
+        usage["prompt_tokens"], usage["completion_tokens"])
+    assert hit_usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"]
+    assert log["prompt_tokens"] == first.json()["usage"]["prompt_tokens"]
+    metrics = httpx.get(cached.url + "/metrics").text
+    prompt = [line for line in metrics.splitlines()
+              if line.startswith("gateway_tokens_total{") and 'kind="prompt"' in line]
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in prompt) == usage["prompt_tokens"]
 
 
 def test_semantic_hit_and_headers(cached: GatewayServer, fake: FakeUpstream) -> None:
