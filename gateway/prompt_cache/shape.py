@@ -103,7 +103,7 @@ class Shaping:
         done = self._cuts.get(tuple(texts))
         if done is None:
             assert self._settings.detector is not None
-            kind = self._settings.detector.kind
+            kind: ClassifyLine = self._settings.detector.kind
             if self._still:  # a metadata line seen holding still stays; the operator's move
                 kind = _custom_only(kind)
             done = self._cuts[tuple(texts)] = plan(texts, kind, self._changed)
