@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:  # run as a script: bench.* and tests.* from the c
 
 from bench.processes import free_port, wait_ready
 from bench.workload_client import replay
-from bench.workload_report import meaning_changed, served_wrong, summarize
+from bench.workload_report import lossy_quality, meaning_changed, served_wrong, summarize
 
 KEY_ENV = "WORKLOAD_UPSTREAM_KEY"
 UPSTREAM_KEY = "sk-workload-upstream"
@@ -341,7 +341,19 @@ def main() -> int:
         summary = summarize(run, direct, by_id)
         summary["served_wrong"] = served_wrong(run, direct, by_id)
         summary["meaning_changed"] = meaning_changed(run, by_id, MODELS, compress=every)
+        summary["lossy"] = lossy_quality(run, by_id)
         report["paths"][run["name"]] = summary
+    every_run = report["paths"].get("every")
+    if every_run and direct is not None:  # each stage's share: what leaving it out gives back
+        shares = {}
+        for name, s in report["paths"].items():
+            if name.startswith("every-no-"):
+                shares[name[len("every-no-"):]] = {
+                    k: round(s.get(k, 0) - every_run.get(k, 0), 1) if k != "cost_usd" else
+                    round(s["cost_usd"] - every_run["cost_usd"], 4)
+                    for k in ("ttft_p50", "ttft_p95", "cost_usd", "cpu_s")
+                    if s.get(k) is not None and every_run.get(k) is not None}
+        report["stage_shares"] = shares
     print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
@@ -367,6 +379,15 @@ def print_report(report: dict[str, Any]) -> None:
             f"{s['cost_usd']:.3f}" + (f" ({r['cost']:.2f}x)" if "cost" in r else ""),
             json.dumps(s["hits"]), str(s["served_wrong"]), str(s["meaning_changed"]["changed"]),
             f"{s['cpu_s']:.1f}", json.dumps(s["outcomes"])]))
+    for name, s in report["paths"].items():
+        lossy = s.get("lossy") or {}
+        if lossy.get("rerouted_share") or (lossy.get("retrieval_answer_kept") or 1) < 1:
+            print(f"{name}: retrieval gold answer kept {lossy['retrieval_answer_kept']} of "
+                  f"{lossy['retrieval_checked']}, sent to another model "
+                  f"{lossy['rerouted_share']:.2f}")
+    for stage, delta in report.get("stage_shares", {}).items():
+        print(f"every without {stage}: " + ", ".join(
+            f"{k} {v:+}" for k, v in delta.items()) + " (against every; + = it helped)")
 
 
 if __name__ == "__main__":

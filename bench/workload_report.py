@@ -192,3 +192,25 @@ def meaning_changed(run: dict[str, Any], by_id: dict[str, Any],
             if len(out["examples"]) < 3:
                 out["examples"].append(f"{rid}: {verdict.error[:300]}")
     return out
+
+
+def lossy_quality(run: dict[str, Any], by_id: dict[str, Any]) -> dict[str, Any]:
+    """What the lossy stages did to the measured requests the provider received: retrieval
+    prompts whose body still holds a gold answer (of those that held one as sent), and the
+    share of requests sent to another model than the client named (routing's weak tier)."""
+    measured = {r.id for r in run["results"]}
+    kept = held = rerouted = sent = 0
+    for rid, rec in recorded(run, by_id):
+        if rid is None or rid not in measured:
+            continue
+        req, body = by_id[rid], rec.get("body") or {}
+        sent += 1
+        rerouted += body.get("model") != req.body.get("model")
+        if req.kind == "retrieval" and req.answers:
+            mine = orjson.dumps(req.body).decode()
+            theirs = orjson.dumps(body).decode()
+            if any(a in mine for a in req.answers):
+                held += 1
+                kept += any(a in theirs for a in req.answers)
+    return {"retrieval_answer_kept": kept / held if held else None, "retrieval_checked": held,
+            "rerouted_share": rerouted / sent if sent else None}
