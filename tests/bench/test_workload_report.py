@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from bench.workload_client import Result
-from bench.workload_report import meaning_changed, pct, served_wrong, summarize
+from bench.workload_report import lossy_quality, meaning_changed, pct, served_wrong, summarize
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,26 @@ def test_what_the_provider_received_is_held_to_the_contract(tmp_path: Path) -> N
                           by_id, {"gpt-4o": ("openai", "gpt-4o")}, compress=False)
     assert (out["checked"], out["changed"], out["unmatched"]) == (2, 1, 1)
     assert out["examples"][0].startswith("b: ")
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    id: str
+    body: Any
+    answers: tuple[str, ...]
+    kind: str = "retrieval"
+    api: str = "openai"
+    group: str | None = None
+
+
+def test_the_lossy_stages_are_judged_on_what_the_provider_received(tmp_path: Path) -> None:
+    sent = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Paris. Rome. Q?"}]}
+    kept = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Paris. Q?"}]}
+    lost = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Rome. Q?"}]}
+    record = tmp_path / "up.jsonl"
+    record.write_bytes(b"\n".join(orjson.dumps(
+        {"path": "/v1/chat/completions", "headers": {"x-request-id": rid}, "body": b})
+        for rid, b in (("a", kept), ("b", lost))))
+    by_id = {"a": Retrieval("a", sent, ("Paris",)), "b": Retrieval("b", sent, ("Paris",))}
+    out = lossy_quality(run("every", [result("a", "x"), result("b", "y")], record=record), by_id)
+    assert out == {"retrieval_answer_kept": 0.5, "retrieval_checked": 2, "rerouted_share": 0.5}
