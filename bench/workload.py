@@ -65,6 +65,8 @@ DEFAULT_POLICY = 'version = "workload-default"\n'
 #: Every stage on: the semantic cache, compression (its gate deciding when it pays), routing
 #: by difficulty with the mix's models opted in (a weak tier of the same API), the rest as by
 #: default.
+#: router family -> (its weak model, its strong one: the model clients name, opted in).
+ROUTERS = {"gpt": ("gpt-4o-mini", "gpt-4o"), "claude": ("claude-haiku-4-5", "claude-sonnet-4-5")}
 EVERY_POLICY = """version = "workload-every-stage"
 
 [cache]
@@ -74,25 +76,15 @@ semantic = true
 enabled = true
 
 [routing.tiers]
-gpt-small = ["gpt-4o-mini"]
-gpt-large = ["gpt-4o"]
-claude-small = ["claude-haiku-4-5"]
-claude-large = ["claude-sonnet-4-5"]
-
-[routing.routers.auto-gpt]
-weak = "gpt-small"
-strong = "gpt-large"
+""" + "".join(f'{name}-small = ["{weak}"]\n{name}-large = ["{strong}"]\n'
+              for name, (weak, strong) in ROUTERS.items()) + "".join(f"""
+[routing.routers.auto-{name}]
+weak = "{name}-small"
+strong = "{name}-large"
 artifact = "default"
 quality = 0.95
-models = ["gpt-4o"]
-
-[routing.routers.auto-claude]
-weak = "claude-small"
-strong = "claude-large"
-artifact = "default"
-quality = 0.95
-models = ["claude-sonnet-4-5"]
-"""
+models = ["{strong}"]
+""" for name, (_, strong) in ROUTERS.items())
 
 #: --ablate: the every-stage policy with one stage left out of the pipeline.
 STAGES = ("rate_limit", "cache", "coalesce", "route", "compress", "prompt_cache", "admission")

@@ -63,7 +63,10 @@ def content_key(body: Any) -> tuple[int, str, str]:
 def recorded(run: dict[str, Any], by_id: dict[str, Any]) -> list[tuple[str | None, Any]]:
     """Each body the provider received (``record`` lines, in order) with the request it
     belongs to: by ``x-request-id``, else by :func:`content_key` (the earliest measured or
-    warm-up request of that content not yet matched); None when none."""
+    warm-up request of that content not yet matched); None when none. Read once per run
+    (kept in it: hits, meaning and quality each ask)."""
+    if "_recorded" in run:
+        return run["_recorded"]  # type: ignore[no-any-return]
     record: Path = run["record"]
     if not record.exists():
         return []
@@ -78,13 +81,21 @@ def recorded(run: dict[str, Any], by_id: dict[str, Any]) -> list[tuple[str | Non
             queue = pending.get(content_key(rec.get("body")))
             rid = queue.pop(0) if queue else None
         out.append((rid if rid in by_id else None, rec))
+    run["_recorded"] = out
     return out
 
 
 def hits(run: dict[str, Any], by_id: dict[str, Any]) -> dict[str, str]:
     """Measured request id -> how a proxy answered it without the provider: the gateway's
     cache layer (``exact``, ``semantic``) or ``coalesced``; for another proxy, ``cache``
-    when the provider never received the request (:func:`recorded`)."""
+    when the provider never received the request (:func:`recorded`). Worked out once per
+    run (kept in it)."""
+    if "_hits" not in run:
+        run["_hits"] = _hits(run, by_id)
+    return run["_hits"]  # type: ignore[no-any-return]
+
+
+def _hits(run: dict[str, Any], by_id: dict[str, Any]) -> dict[str, str]:
     measured = [r for r in run["results"] if r.outcome == "ok"]
     if run["name"] == "direct":
         return {}
@@ -128,8 +139,10 @@ def summarize(run: dict[str, Any], direct: dict[str, Any] | None,
     for kind in sorted({r.kind for r in results}):
         mine = [r.ttft_ms for r in ok if r.kind == kind]
         s["by_kind"][kind] = {"n": len(mine), "ttft_p50": pct(mine, 50), "ttft_p95": pct(mine, 95)}
-    if direct is not None and direct is not run:
-        d = summarize(direct, None, by_id)
+    if direct is None:
+        run["_summary"] = s  # the ratios' base: each path's summary reads it
+    elif direct is not run:
+        d = direct.get("_summary") or summarize(direct, None, by_id)
         s["ratios"] = {k: s[k] / d[k] for k in ("ttft_p50", "ttft_p95", "ttft_p99", "e2e_p50",
                                                  "e2e_p99") if s[k] and d[k]}
         if d["cost_usd"]:

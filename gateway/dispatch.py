@@ -340,8 +340,7 @@ class Dispatch:
             out = crossing.response(obj, ctx.body)
             return Reply(200, headers, jsonio.dumps(out), json=out)
         status, error = crossing.error(response.status, obj)
-        inner = error.get("error")
-        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+        if isinstance(inner := error.get("error"), dict) and isinstance(inner.get("type"), str):
             ctx.record.error_type = inner["type"]  # the log says what the client reads
         return Reply(status, headers, jsonio.dumps(error), json=error)
 

@@ -90,7 +90,8 @@ class Shaping:
         self._placed: Placed | None = None
         self._changed: frozenset[int] = frozenset()
         self._still = False  # this system prompt was seen before, every line alike
-        self._opening = _opening(body.get("input" if api == "responses" else "messages"))
+        self._opening = _opening(body.get("input" if api == "responses" else "messages")) \
+            if settings.openai_cache_key else None  # read only for a derived cache key
         if settings.detector is not None and settings.detect_changes:
             texts = relocate.system_texts(body, api)
             if texts:

@@ -54,7 +54,7 @@ CODEX_TOOLS = {"type": "additional_tools", "role": "developer", "tools": [
 @pytest.mark.parametrize("schema", [BASH, READ, OPENCODE_BASH, OLD_CODEX_SHELL, TRICKY,
                                     {"type": "object"}, None])
 def test_arguments_are_valid_for_the_tools_own_schema(schema: Any) -> None:
-    made = orjson.loads(arguments(Tool("t", schema), cwd="/work/dir"))
+    made = orjson.loads(arguments(Tool("t", schema), cwd="/home/dev/project"))
     jsonschema.Draft202012Validator(schema or {}).validate(made)
 
 
