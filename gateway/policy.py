@@ -155,6 +155,10 @@ class RouterPolicy:
     models: tuple[str, ...] = ()
     #: The chosen tier fails (5xx, 429, unreachable, prompt too long) or sheds: the other.
     fallback: bool = True
+    #: A conversation keeps its tier across turns, rising to ``strong`` at most once and
+    #: never dropping back (switching models forfeits the provider's prompt cache: README,
+    #: "Routing by difficulty"). false: every turn is scored alone.
+    sticky: bool = True
 
     def __post_init__(self) -> None:
         chosen = [k for k in ("quality", "strong_share", "threshold") if getattr(self, k) is not None]

@@ -58,6 +58,7 @@ route_score        the router's score, P(strong tier needed); null without an em
 route_threshold    the score at or above which the strong tier is chosen
 route_fallback     the tier that served instead, when the chosen tier failed or shed
 route_ms           time spent deciding (embedding included when the cache had none)
+route_sticky       true when the conversation was kept on the strong tier unscored
 policy_version     the ``version`` of the policy snapshot the request was served under
 compression        the ``compress`` stage's achieved ratio (tokens before / after) when it
                    compressed, else null
@@ -121,7 +122,7 @@ FIELDS = (
     "completion_tokens", "cached_tokens", "finish_reason", "retries", "cancelled",
     "error_type", "error_code", "cache", "route_tier", "route_score", "compression", "shed",
     "cache_layer", "similarity", "verified", "lookup_ms", "router", "route_threshold",
-    "route_fallback", "route_ms", "policy_version", "api", "cache_read_tokens",
+    "route_fallback", "route_ms", "route_sticky", "policy_version", "api", "cache_read_tokens",
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
     "compress_fine", "coalesced", "hedged", "path", "dropped_tools",
@@ -198,6 +199,7 @@ class RequestRecord:
     route_threshold: float | None = None
     route_fallback: str | None = None
     route_ms: float | None = None
+    route_sticky: bool | None = None
     policy_version: str | None = None
     compression: float | None = None
     tokens_before: int | None = None

@@ -21,6 +21,7 @@ from gateway.embedding import Embed, EmbeddingMemo
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.difficulty import Router, artifact_path
 from gateway.routing.features import text_features
+from gateway.routing.sticky import ConversationTiers
 
 __all__ = ["RouteDecision", "Routers"]
 
@@ -52,6 +53,8 @@ class Routers:
         self._thresholds: dict[tuple[str, float | None, float | None], float] = {}
         #: Decisions per (router, tier), for /metrics.
         self.decisions: dict[tuple[str, str], int] = {}
+        #: Each routed conversation's tier (``sticky`` routers; kept across policy reloads).
+        self.conversations = ConversationTiers()
 
     def router(self, artifact: str) -> Router:
         """The loaded artifact; raises FileNotFoundError or ValueError."""
@@ -121,6 +124,15 @@ class Routers:
         score = None if vector is None else self.router(policy.artifact).score(
             vector, text_features(text, depth))
         tier = policy.strong if score is None or score >= threshold else policy.weak
+        return self._decision(name, policy, tiers, tier, score, threshold)
+
+    def kept(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
+             tier: str) -> RouteDecision:
+        """The decision for a conversation kept on ``tier`` (nothing scored)."""
+        return self._decision(name, policy, tiers, tier, None, self.threshold(policy))
+
+    def _decision(self, name: str, policy: RouterPolicy, tiers: dict[str, tuple[str, ...]],
+                  tier: str, score: float | None, threshold: float) -> RouteDecision:
         order = [tier]
         if policy.fallback:
             order.append(policy.weak if tier == policy.strong else policy.strong)

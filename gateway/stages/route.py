@@ -8,7 +8,10 @@ tier's. A model is abandoned for the next while nothing has reached the client: 
 429, an unreachable upstream, a prompt too long for its context (``context_length_exceeded``)
 or shedding. The decision goes into ``x-route-tier``, ``x-route-score`` and
 ``x-route-fallback`` and the log line. Explicit model names pass through untouched, unless
-a router opts them in (``routing.routers.NAME.models``).
+a router opts them in (``routing.routers.NAME.models``). With ``sticky`` (the default), a
+conversation keeps its tier across turns and may only rise to the strong one
+(:mod:`gateway.routing.sticky`: switching models forfeits the provider's prompt cache); a
+turn kept on the strong tier is not scored (``route_sticky`` in the log line).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from gateway.models import ModelTable
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.decision import RouteDecision, Routers
 from gateway.routing.features import user_turns
+from gateway.routing.sticky import conversation_id
 
 __all__ = ["RouteStage", "build", "failed_status"]
 
@@ -85,10 +89,20 @@ class RouteStage:
                       ) -> RouteDecision:
         """Choose the tier; the decision goes into the log line and the response headers."""
         started = time.perf_counter()
-        decision = await self.routers.decide(name, router, ctx.policy.routing.tiers,
-                                             ctx.last_user_text,
-                                             user_turns(ctx.chat.get("messages")),
-                                             ctx.embeddings)
+        routers, tiers = self.routers, ctx.policy.routing.tiers
+        conversation, continues = conversation_id(ctx.key_id, name, ctx.chat) \
+            if router.sticky else (None, False)
+        held = None if conversation is None else routers.conversations.get(conversation)
+        if continues and held == router.strong:
+            decision = routers.kept(name, router, tiers, held)
+            ctx.record.route_sticky = True
+        else:
+            decision = await routers.decide(name, router, tiers, ctx.last_user_text,
+                                            user_turns(ctx.chat.get("messages")),
+                                            ctx.embeddings)
+        if conversation is not None:
+            routers.conversations.put(
+                conversation, router.strong if held == router.strong else decision.tier)
         rec = ctx.record
         rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
         rec.router, rec.route_tier = name, decision.tier
