@@ -14,6 +14,9 @@ name an OpenAI ``prompt_cache_key``, :mod:`gateway.prompt_cache.cache_keys`). Tw
 conversations that open alike share a tier (they may only rise together). Entries live
 ``ttl_s`` after their last turn (past the providers' prompt-cache lifetimes, a switch costs
 nothing more) in one LRU of ``max_entries``; a forgotten conversation is scored afresh.
+Each entry also holds a digest of the text its weak tier was last scored on: a tool-call
+loop's turns repeat their user message, so they are kept without scoring again (the
+router's embedding is the costliest part of a decision).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from typing import Any
 
 import orjson
 
-__all__ = ["ConversationTiers", "conversation_id"]
+__all__ = ["ConversationTiers", "conversation_id", "scored_digest"]
+
+
+def scored_digest(text: str, depth: int) -> bytes:
+    """16 bytes naming what a decision scores: the last user message's text and the
+    conversation's depth (user turns)."""
+    return hashlib.blake2b(f"{depth}\0{text}".encode(), digest_size=16).digest()
 
 
 def conversation_id(key_id: str | None, router: str, chat: dict[str, Any]
@@ -67,27 +76,29 @@ class ConversationTiers:
     def __init__(self, ttl_s: float = 3600.0, max_entries: int = 65_536,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s, self.max_entries, self.clock = ttl_s, max_entries, clock
-        self._tiers: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        self._tiers: OrderedDict[bytes, tuple[str, bytes | None, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._tiers)
 
-    def get(self, conversation: bytes) -> str | None:
-        """The conversation's tier, or None when it is unknown or expired."""
+    def get(self, conversation: bytes) -> tuple[str | None, bytes | None]:
+        """(The conversation's tier, the digest of what it was last scored on), or (None,
+        None) when it is unknown or expired."""
         held = self._tiers.get(conversation)
         if held is None:
-            return None
-        tier, at = held
+            return None, None
+        tier, scored, at = held
         if self.clock() - at > self.ttl_s:
             del self._tiers[conversation]
-            return None
+            return None, None
         self._tiers.move_to_end(conversation)
-        return tier
+        return tier, scored
 
-    def put(self, conversation: bytes, tier: str) -> None:
-        """Keep ``tier`` for the conversation (refreshing its age), evicting the least
+    def put(self, conversation: bytes, tier: str, scored: bytes | None = None) -> None:
+        """Keep ``tier`` for the conversation (refreshing its age), with ``scored``: the
+        digest of the text it was scored on (:func:`scored_digest`), evicting the least
         recently used entry past ``max_entries``."""
-        self._tiers[conversation] = (tier, self.clock())
+        self._tiers[conversation] = (tier, scored, self.clock())
         self._tiers.move_to_end(conversation)
         while len(self._tiers) > self.max_entries:
             self._tiers.popitem(last=False)

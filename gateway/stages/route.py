@@ -11,7 +11,8 @@ or shedding. The decision goes into ``x-route-tier``, ``x-route-score`` and
 a router opts them in (``routing.routers.NAME.models``). With ``sticky`` (the default), a
 conversation keeps its tier across turns and may only rise to the strong one
 (:mod:`gateway.routing.sticky`: switching models forfeits the provider's prompt cache); a
-turn kept on the strong tier is not scored (``route_sticky`` in the log line).
+turn kept on the strong tier, or on the weak one for the very text it was scored on (a
+tool-call loop), is not scored again (``route_sticky`` in the log line).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gateway.models import ModelTable
 from gateway.policy import RouterPolicy, RoutingPolicy
 from gateway.routing.decision import RouteDecision, Routers
 from gateway.routing.features import user_turns
-from gateway.routing.sticky import conversation_id
+from gateway.routing.sticky import conversation_id, scored_digest
 
 __all__ = ["RouteStage", "build", "failed_status"]
 
@@ -92,17 +93,22 @@ class RouteStage:
         routers, tiers = self.routers, ctx.policy.routing.tiers
         conversation, continues = conversation_id(ctx.key_id, name, ctx.chat) \
             if router.sticky else (None, False)
-        held = None if conversation is None else routers.conversations.get(conversation)
-        if continues and held == router.strong:
+        held, scored = (None, None) if conversation is None \
+            else routers.conversations.get(conversation)
+        depth = user_turns(ctx.chat.get("messages"))
+        asked = None if conversation is None else scored_digest(ctx.last_user_text, depth)
+        kept = continues and held is not None and (held == router.strong or asked == scored)
+        if kept and held is not None:  # strong, or weak for the text it was scored on
             decision = routers.kept(name, router, tiers, held)
             ctx.record.route_sticky = True
         else:
-            decision = await routers.decide(name, router, tiers, ctx.last_user_text,
-                                            user_turns(ctx.chat.get("messages")),
+            decision = await routers.decide(name, router, tiers, ctx.last_user_text, depth,
                                             ctx.embeddings)
-        if conversation is not None:
+            scored = asked
+        # a decision without a score (no embedding yet) is not kept for the conversation
+        if conversation is not None and (kept or decision.score is not None):
             routers.conversations.put(
-                conversation, router.strong if held == router.strong else decision.tier)
+                conversation, router.strong if held == router.strong else decision.tier, scored)
         rec = ctx.record
         rec.route_ms = round((time.perf_counter() - started) * 1000, 3)
         rec.router, rec.route_tier = name, decision.tier

@@ -61,6 +61,22 @@ def test_conversation_rises_to_the_strong_tier_once_and_stays(make_gateway, fake
     assert records[3]["route_score"] is None and records[3]["model_served"] == "large-upstream"
 
 
+def test_a_tool_call_loop_is_not_scored_again_for_the_same_user_message(
+        make_gateway, fake, artifact):
+    embed = CountingEmbed()
+    gw = make_gateway(MODELS, policy=routing_policy(artifact), embed=embed)
+    messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": EASY}]
+    assert turn(gw, messages)[0] == "small"
+    for i in range(3):  # the assistant calls a tool; its result comes back
+        call = {"id": f"call_{i}", "type": "function",
+                "function": {"name": "look", "arguments": "{}"}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"call_{i}", "content": "42"}]
+        assert turn(gw, messages)[0] == "small"
+    assert embed.calls == 1
+    assert [r["route_sticky"] for r in gw.logged(4)] == [None, True, True, True]
+
+
 def test_a_new_conversation_is_scored_afresh(make_gateway, fake, artifact):
     gw = make_gateway(MODELS, policy=routing_policy(artifact), embed=CountingEmbed())
     assert converse(gw, [EASY, HARD, EASY]) == ["small", "large", "large"]
@@ -104,9 +120,9 @@ def test_conversation_tiers_forget_by_age_and_bound():
     now = [0.0]
     tiers = ConversationTiers(ttl_s=10.0, max_entries=2, clock=lambda: now[0])
     tiers.put(b"a", "large")
-    tiers.put(b"b", "small")
-    assert tiers.get(b"a") == "large"
+    tiers.put(b"b", "small", b"scored")
+    assert tiers.get(b"a") == ("large", None)
     tiers.put(b"c", "small")  # past the bound: the least recently used (b) goes
-    assert tiers.get(b"b") is None and len(tiers) == 2
+    assert tiers.get(b"b") == (None, None) and len(tiers) == 2
     now[0] = 11.0
-    assert tiers.get(b"a") is None
+    assert tiers.get(b"a") == (None, None)
