@@ -1,8 +1,8 @@
 """End to end on a realistic workload: direct calls, the gateway (default policy, every stage
 on) and LiteLLM, side by side in one run, against a provider simulator.
 
-    python bench/workload.py [--n 600] [--seed 1] [--paths direct,default,every,litellm]
-                             [--ablate] [--json FILE]
+    python bench/workload.py [--n 600] [--seed 47] [--paths direct,default,every,litellm]
+                             [--ablate] [--repeat N] [--baseline-rev REV] [--json FILE]
 
 - The provider: ``bench/provider_sim.py`` (OpenAI chat and Anthropic Messages, its latency
   model, prompt caching, token-per-minute limit and faults: every parameter printed), a
@@ -26,6 +26,9 @@ answer is traced to the request that first got it), requests whose meaning chang
 body the simulator received, through the equivalence contract, tests/gateway/equivalence),
 proxy CPU seconds (user + system, the proxy's processes, measured window). Ratios are
 against ``direct`` in the same run. JSON (``--json``) plus one summary line per path.
+``--repeat N``: N rounds (round i: mix seed + i, provider seed i), each printed, then the
+percentiles pooled over all rounds' requests and each gateway path's change against LiteLLM
+round by round (one round's p50 moves ~5-10% run to run on 2 shared cores).
 """
 
 from __future__ import annotations
@@ -50,7 +53,16 @@ if str(ROOT) not in sys.path:  # run as a script: bench.* and tests.* from the c
 
 from bench.processes import free_port, wait_ready
 from bench.workload_client import replay
-from bench.workload_report import lossy_quality, meaning_changed, served_wrong, summarize
+from bench.workload_report import (
+    gaps,
+    lossy_quality,
+    meaning_changed,
+    pool_rounds,
+    print_pooled,
+    print_report,
+    served_wrong,
+    summarize,
+)
 
 KEY_ENV = "WORKLOAD_UPSTREAM_KEY"
 UPSTREAM_KEY = "sk-workload-upstream"
@@ -286,13 +298,12 @@ def main() -> int:
     ap.add_argument("--ablate", action="store_true", help="every-stage runs, one stage off")
     ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
     ap.add_argument("--json", type=Path, help="write the full results here")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds, each on its own seeded "
+                    "mix and provider noise; percentiles pooled over them")
     ap.add_argument("--baseline-rev", help="also the default policy on this git revision's "
                     "gateway (path default@REV)")
     args = ap.parse_args()
 
-    sim_params = sim_defaults()
-    mix_params = MixParams(n=args.n, warmup=args.warmup, seed=args.seed, tpm_limit=TPM)
-    mix = build(mix_params)
     paths: list[tuple[str, str | None]] = []
     for name in args.paths.split(","):
         paths.append((name, {"default": DEFAULT_POLICY, "every": EVERY_POLICY}.get(name)))
@@ -316,11 +327,42 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
         paths.insert(2, (f"default@{rev}", DEFAULT_POLICY))
         sources[f"default@{rev}"] = tree
+    rounds = []
+    for i in range(args.repeat):
+        # round i: its own arrivals, conversations and provider noise; the paths of a round
+        # see the same ones (a paired comparison)
+        mix_params = MixParams(n=args.n, warmup=args.warmup, seed=args.seed + i, tpm_limit=TPM)
+        sim_params = {**sim_defaults(), "seed": i}
+        here = work / f"round-{i}" if args.repeat > 1 else work
+        here.mkdir(exist_ok=True)
+        rounds.append(run_round(paths, build(mix_params), mix_params, sim_params, here,
+                                args.speed, sources))
+        if args.repeat > 1:
+            print(f"## round {i + 1} of {args.repeat}")
+        print_report(rounds[-1][0])
+    report = rounds[0][0] if args.repeat == 1 else {
+        "rounds": [r for r, _ in rounds], "work": str(work),
+        "pooled": pool_rounds(rounds), "gaps": {}}
+    if args.repeat > 1:
+        names = [n for n, _ in paths]
+        for ours in [n for n in names if n not in ("direct", "litellm")]:
+            if "litellm" in names:
+                report["gaps"][f"{ours} vs litellm"] = gaps(
+                    [r["paths"][ours] for r, _ in rounds], [r["paths"]["litellm"] for r, _ in rounds])
+        print_pooled(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def run_round(paths: list[tuple[str, str | None]], mix: list[Any], mix_params: Any,
+              sim_params: dict[str, Any], work: Path, speed: float,
+              sources: dict[str, Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every path once on one mix: (its report, the raw runs)."""
     runs: list[dict[str, Any]] = []
     for name, policy in paths:
         print(f"# {name} ...", file=sys.stderr, flush=True)
-        run = asyncio.run(run_path(name, policy, mix, sim_params, work, args.speed,
-                                   sources[name]))
+        run = asyncio.run(run_path(name, policy, mix, sim_params, work, speed, sources[name]))
         with (work / f"{name}.results.jsonl").open("wb") as out:  # each request, for a look
             for r in [*run["warm_results"], *run["results"]]:
                 out.write(orjson.dumps({**r.__dict__, "text": None}) + b"\n")
@@ -346,40 +388,9 @@ def main() -> int:
                     for k in ("ttft_p50", "ttft_p95", "cost_usd", "cpu_s")
                     if s.get(k) is not None and every_run.get(k) is not None}
         report["stage_shares"] = shares
-    print_report(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
-    return 0
-
-
-def print_report(report: dict[str, Any]) -> None:
-    print("provider simulator:", json.dumps(report["sim"], sort_keys=True))
-    print("workload:", json.dumps(report["mix"], sort_keys=True))
-    head = ("path", "ttft p50", "p95", "p99", "e2e p50", "p99", "cost $", "hits", "wrong",
-            "changed", "cpu s", "errors")
-    print(" | ".join(head))
-    for name, s in report["paths"].items():
-        r = s.get("ratios", {})
-
-        def cell(key: str, ratio: str, s: dict[str, Any] = s, r: dict[str, float] = r) -> str:
-            v = s.get(key)
-            return "-" if v is None else (f"{v:.0f}" + (f" ({r[ratio]:.2f}x)" if ratio in r
-                                                     else ""))
-        print(" | ".join([
-            name, cell("ttft_p50", "ttft_p50"), cell("ttft_p95", "ttft_p95"),
-            cell("ttft_p99", "ttft_p99"), cell("e2e_p50", "e2e_p50"), cell("e2e_p99", "e2e_p99"),
-            f"{s['cost_usd']:.3f}" + (f" ({r['cost']:.2f}x)" if "cost" in r else ""),
-            json.dumps(s["hits"]), str(s["served_wrong"]), str(s["meaning_changed"]["changed"]),
-            f"{s['cpu_s']:.1f}", json.dumps(s["outcomes"])]))
-    for name, s in report["paths"].items():
-        lossy = s.get("lossy") or {}
-        if lossy.get("rerouted_share") or (lossy.get("retrieval_answer_kept") or 1) < 1:
-            print(f"{name}: retrieval gold answer kept {lossy['retrieval_answer_kept']} of "
-                  f"{lossy['retrieval_checked']}, sent to another model "
-                  f"{lossy['rerouted_share']:.2f}")
-    for stage, delta in report.get("stage_shares", {}).items():
-        print(f"every without {stage}: " + ", ".join(
-            f"{k} {v:+}" for k, v in delta.items()) + " (against every; + = it helped)")
+    for run in runs:  # the raw runs stay for pooling; what only a round's report needs goes
+        run.pop("_recorded", None)
+    return report, runs
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ of ``bench/workload.py``'s runs).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["gateway_log", "meaning_changed", "pct", "served_wrong", "summarize"]
+__all__ = ["gaps", "gateway_log", "meaning_changed", "pct", "pool_rounds", "pooled",
+           "print_pooled", "print_report", "served_wrong", "summarize"]
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -227,3 +229,98 @@ def lossy_quality(run: dict[str, Any], by_id: dict[str, Any]) -> dict[str, Any]:
                 kept += any(a in theirs for a in req.answers)
     return {"retrieval_answer_kept": kept / held if held else None, "retrieval_checked": held,
             "rerouted_share": rerouted / sent if sent else None}
+
+
+def pooled(runs: list[dict[str, Any]], summaries: list[dict[str, Any]],
+           direct: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One path over repeated rounds (its runs and their summaries, round by round):
+    percentiles (ms) over every round's measured requests, sums of cost (USD), CPU (s),
+    outcomes, hits, served-wrong and changed requests; ratios to ``direct``, the direct
+    path pooled alike."""
+    ok = [r for run in runs for r in run["results"] if r.outcome == "ok" and r.ttft_ms]
+    ttft, e2e = [r.ttft_ms for r in ok], [r.e2e_ms for r in ok]
+    out: dict[str, Any] = {
+        "rounds": len(runs), "requests": sum(len(run["results"]) for run in runs),
+        "ttft_p50": pct(ttft, 50), "ttft_p95": pct(ttft, 95), "ttft_p99": pct(ttft, 99),
+        "e2e_p50": pct(e2e, 50), "e2e_p99": pct(e2e, 99),
+        "cost_usd": sum(s["cost_usd"] for s in summaries),
+        "cpu_s": sum(s["cpu_s"] for s in summaries),
+        "outcomes": dict(sum((Counter(s["outcomes"]) for s in summaries), Counter())),
+        "hits": dict(sum((Counter(s["hits"]) for s in summaries), Counter())),
+        "served_wrong": sum(s.get("served_wrong") or 0 for s in summaries),
+        "meaning_changed": {"changed": sum(s["meaning_changed"]["changed"] for s in summaries
+                                           if s.get("meaning_changed"))},
+    }
+    if direct is not None:
+        d = direct
+        out["ratios"] = {k: out[k] / d[k] for k in ("ttft_p50", "ttft_p95", "ttft_p99",
+                                                     "e2e_p50", "e2e_p99") if out[k] and d[k]}
+        if d["cost_usd"]:
+            out["ratios"]["cost"] = out["cost_usd"] / d["cost_usd"]
+    return out
+
+
+def gaps(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per round, ``ours`` against ``theirs`` (summaries, round by round) as a relative
+    change: -0.15 is 15% lower. Keys: TTFT p50/p95/p99, cost, CPU."""
+    out: dict[str, list[float]] = {}
+    for key in ("ttft_p50", "ttft_p95", "ttft_p99", "cost_usd", "cpu_s"):
+        out[key] = [round(a[key] / b[key] - 1, 4) for a, b in zip(ours, theirs, strict=True)
+                    if a.get(key) is not None and b.get(key)]
+    return out
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print("provider simulator:", json.dumps(report["sim"], sort_keys=True))
+    print("workload:", json.dumps(report["mix"], sort_keys=True))
+    print_table(report["paths"])
+    for name, s in report["paths"].items():
+        lossy = s.get("lossy") or {}
+        if lossy.get("rerouted_share") or (lossy.get("retrieval_answer_kept") or 1) < 1:
+            print(f"{name}: retrieval gold answer kept {lossy['retrieval_answer_kept']} of "
+                  f"{lossy['retrieval_checked']}, sent to another model "
+                  f"{lossy['rerouted_share']:.2f}")
+    for stage, delta in report.get("stage_shares", {}).items():
+        print(f"every without {stage}: " + ", ".join(
+            f"{k} {v:+}" for k, v in delta.items()) + " (against every; + = it helped)")
+
+
+def print_table(paths: dict[str, dict[str, Any]]) -> None:
+    """One line per path: latency (ms, ratio to direct), cost, hits, wrong, changed, CPU,
+    outcomes."""
+    head = ("path", "ttft p50", "p95", "p99", "e2e p50", "p99", "cost $", "hits", "wrong",
+            "changed", "cpu s", "errors")
+    print(" | ".join(head))
+    for name, s in paths.items():
+        r = s.get("ratios", {})
+
+        def cell(key: str, ratio: str, s: dict[str, Any] = s, r: dict[str, float] = r) -> str:
+            v = s.get(key)
+            return "-" if v is None else (f"{v:.0f}" + (f" ({r[ratio]:.2f}x)" if ratio in r
+                                                     else ""))
+        print(" | ".join([
+            name, cell("ttft_p50", "ttft_p50"), cell("ttft_p95", "ttft_p95"),
+            cell("ttft_p99", "ttft_p99"), cell("e2e_p50", "e2e_p50"), cell("e2e_p99", "e2e_p99"),
+            f"{s['cost_usd']:.3f}" + (f" ({r['cost']:.2f}x)" if "cost" in r else ""),
+            json.dumps(s["hits"]), str(s["served_wrong"]), str(s["meaning_changed"]["changed"]),
+            f"{s['cpu_s']:.1f}", json.dumps(s["outcomes"])]))
+
+
+def pool_rounds(rounds: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+                ) -> dict[str, dict[str, Any]]:
+    """Each path over every round (:func:`bench.workload_report.pooled`)."""
+    names = list(rounds[0][0]["paths"])
+    runs = {n: [next(r for r in raw if r["name"] == n) for _, raw in rounds] for n in names}
+    summaries = {n: [report["paths"][n] for report, _ in rounds] for n in names}
+    direct = pooled(runs["direct"], summaries["direct"]) if "direct" in runs else None
+    return {n: direct if n == "direct" and direct else pooled(runs[n], summaries[n], direct)
+            for n in names}
+
+
+def print_pooled(report: dict[str, Any]) -> None:
+    """The pooled table, then each proxy path's per-round change against LiteLLM."""
+    print(f"## pooled over {len(report['rounds'])} rounds")
+    print_table(report["pooled"])
+    for pair, gap in report["gaps"].items():
+        print(f"{pair}, per round: " + ", ".join(
+            f"{k} " + "/".join(f"{v:+.1%}" for v in vs) for k, vs in gap.items()))

@@ -96,3 +96,24 @@ def test_the_lossy_stages_are_judged_on_what_the_provider_received(tmp_path: Pat
     by_id = {"a": Retrieval("a", sent, ("Paris",)), "b": Retrieval("b", sent, ("Paris",))}
     out = lossy_quality(run("every", [result("a", "x"), result("b", "y")], record=record), by_id)
     assert out == {"retrieval_answer_kept": 0.5, "retrieval_checked": 2, "rerouted_share": 0.5}
+
+
+def test_repeated_rounds_pool_their_requests_and_compare_round_by_round() -> None:
+    from bench.workload_report import gaps, pooled
+
+    def rounds(name: str, ttfts: list[list[float]], cost: float) -> tuple[list, list]:
+        runs = [run(name, [result(f"{name}{i}-{j}", "x", t) for j, t in enumerate(ts)])
+                for i, ts in enumerate(ttfts)]
+        summaries = [{**summarize(r, None, {}), "cost_usd": cost, "served_wrong": 0,
+                      "meaning_changed": {"changed": 0}} for r in runs]
+        return runs, summaries
+
+    direct_runs, direct_sums = rounds("direct", [[100.0, 200.0], [300.0, 400.0]], 2.0)
+    gw_runs, gw_sums = rounds("default", [[50.0, 100.0], [150.0, 200.0]], 1.0)
+    pooled_gw = pooled(gw_runs, gw_sums, pooled(direct_runs, direct_sums))
+    # nearest rank over all four requests of both rounds
+    assert pooled_gw["ttft_p50"] == 100.0 and pooled_gw["requests"] == 4
+    assert pooled_gw["ratios"]["ttft_p50"] == 0.5 and pooled_gw["cost_usd"] == 2.0
+    assert pooled_gw["ratios"]["cost"] == 0.5
+    assert pooled_gw["outcomes"] == {"ok": 4}
+    assert gaps(gw_sums, direct_sums)["ttft_p50"] == [-0.5, -0.5]
