@@ -10,7 +10,8 @@ gate compresses only when::
 
 ``saved_tokens`` is the compressible tokens x (1 - 1 / target_ratio); ``prefill_ms_per_token``
 is the upstream model's, set in the policy or learned online (:class:`PrefillRate`, the slope
-of its time to first token against its prompt tokens, at its lower confidence bound); ``compressor_ms`` is the compressor's
+of its time to first token against its uncached prompt tokens, at its lower confidence
+bound); ``compressor_ms`` is the compressor's
 learned ms per 1,000 tokens (:class:`CompressorRate`) x the compressible tokens / 1000;
 ``cost_weight``: the milliseconds of latency an operator trades for 1,000 input tokens not
 billed (0: latency only). Pure, apart from the learned rates' state.
@@ -57,7 +58,8 @@ def decide(tokens: int, target_ratio: float, prefill_ms_per_token: float | None,
 
 class PrefillRate:
     """A model's prefill time per prompt token (ms), learned from what it answers: the
-    least-squares slope of time to first token (ms, queueing excluded) against prompt tokens
+    least-squares slope of time to first token (ms, queueing excluded) against the prompt
+    tokens it had to prefill (those not read from its prompt cache)
     over the last ``window`` streamed answers, taken at its lower confidence bound (slope -
     ``z`` standard errors, at least 0). Time / tokens would credit network and queueing time
     to prefill; the slope does not, and the bound keeps a noisy fit (a fast hosted model,

@@ -22,8 +22,8 @@ does not pay but the coarse pass alone does, compresses coarse alone (``"not_wor
 When (:mod:`gateway.compression.gate`): the compressible context has at least
 ``min_tokens`` and, under ``gate = "net_positive"``, the predicted prefill time saved beats
 the compressor's own predicted time. The target model's prefill rate is the policy's
-``prefill_ms_per_token`` or learned here from its streamed answers (TTFT against prompt
-tokens). A client overrides per request with ``x-gateway-compress: off`` or ``:
+``prefill_ms_per_token`` or learned here from its streamed answers (TTFT against the prompt
+tokens not read from the provider's prompt cache). A client overrides per request with ``x-gateway-compress: off`` or ``:
 <ratio>`` (an explicit ratio compresses whatever the gate and ``min_tokens`` say); any other
 value is a 400. A compressed answer carries ``x-gateway-compression: <achieved ratio>``; the
 log line has ``compression``, ``tokens_before``, ``tokens_after``, ``compress_ms`` and, when
@@ -144,8 +144,12 @@ class CompressStage:
             prefill = self.state.prefill(model)
 
             def learn(outcome: Outcome) -> None:
+                # the prompt's uncached tokens: what a prefill costs (compression cuts only
+                # the newest turn, never a cached prefix); a provider's cache reads, nearly
+                # free, would flatten the slope wherever cached agent turns share the model
                 usage = ctx.usage
-                prompt = usage.prompt_tokens if usage is not None else None
+                prompt = None if usage is None or usage.prompt_tokens is None \
+                    else usage.prompt_tokens - (usage.cached_tokens or 0)
                 if (outcome.delivered and ctx.upstream == first.upstream and ctx.ttft_ms
                         and prompt):
                     prefill.observe(prompt, ctx.ttft_ms - ctx.queue_ms - (took or 0.0))

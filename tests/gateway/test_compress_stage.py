@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,6 +19,8 @@ import orjson
 import pytest
 
 from gateway.testing.fake_anthropic import FakeAnthropic
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.server import ServerThread
 from tests.conftest import DEFAULT_POLICY, GatewayServer
 from tests.gateway.compression.test_scoring import ScoringUpstream
 
@@ -246,6 +248,42 @@ def test_the_prefill_rate_is_learned_from_streamed_answers(make, fake):
     rate = gw.gateway.compression.prefill("fake-model")
     gw.logged(10)
     assert rate.ms_per_token is not None and rate.ms_per_token >= 0
+
+
+@pytest.fixture(scope="module")
+def cache_sim_url() -> Iterator[str]:
+    with ServerThread(FakeUpstream(simulate_cache=True)) as srv:
+        yield srv.url
+
+
+def test_the_prefill_rate_counts_only_what_the_provider_did_not_read_from_its_cache(
+        make, cache_sim_url):
+    """Agent turns on the same model read a long prefix from the provider's cache and answer
+    fast; counted as prefilled tokens they would flatten the rate (and the gate would
+    never compress): the rate is learned from the uncached tokens."""
+    more = (f'[upstreams.sim]\ntype = "openai"\nforward_headers = ["x-fake-*"]\n'
+            f'base_url = "{cache_sim_url}/v1"\n\n'
+            '[models.cached]\ntargets = [{ upstream = "sim", model = "sim-model" }]\n')
+    # (no per-conversation prompt_cache_key: every turn here shares one prefix and machine)
+    gw = make(GATED.replace("min_tokens = 200", "min_tokens = 1")
+              + "\n[prompt_cache]\nenabled = false\n", more)
+    system = {"role": "system", "content": "Follow the airline policy. " * 800}
+    with oclient(gw) as c:
+        for _ in range(2):  # the provider caches the prefix
+            c.chat.completions.create(model="cached", messages=[system])
+        for n in range(16):
+            words = 40 * (n % 4 + 1)
+            user = {"role": "user", "content": f"case {n} " + "word " * words}
+            agent_turn = n % 2 == 1  # the long cached prefix, then the new turn
+            # the provider's TTFT: 2 ms per word it has to prefill
+            list(c.chat.completions.create(
+                model="cached", stream=True, stream_options={"include_usage": True},
+                messages=[system, user] if agent_turn else [user],
+                extra_headers={"x-fake-ttft-ms": str(2 * words)}))
+    records = gw.logged(18)
+    assert sum(1 for r in records if r["cached_tokens"]) >= 8  # agent turns read the prefix
+    rate = gw.gateway.compression.prefill("cached").ms_per_token
+    assert rate is not None and 0.5 < rate < 4.0
 
 
 # -- degraded mode ---------------------------------------------------------------------------
