@@ -154,6 +154,11 @@ class CountTokensEndpoint:
 
 def _parse(raw: bytes) -> dict[str, Any]:
     body = load_request(raw)
+    model = body.get("model")
+    if model is None:
+        raise missing("model")
+    if not isinstance(model, str):
+        raise invalid_type("model", "a string", model)
     messages = body.get("messages")
     if messages is None:
         raise missing("messages")

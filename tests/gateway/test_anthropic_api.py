@@ -527,6 +527,16 @@ def test_count_tokens(gw, claude):
     assert estimated.parse().input_tokens > 0
 
 
+@pytest.mark.parametrize("body", [{"messages": []}, {"model": 7, "messages": []}])
+def test_count_tokens_without_a_model_name_is_a_clear_400(gw, body):
+    r = httpx.post(gw.url + "/v1/messages/count_tokens", json=body,
+                   headers={"anthropic-version": ANTHROPIC_API_VERSION})
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert "model" in r.json()["error"]["message"]
+    assert gw.logged(1)[0]["status"] == 400
+
+
 def test_models_list_in_either_format(gw):
     with aclient(gw) as c:
         names = [m.id for m in c.models.list()]
