@@ -2,7 +2,7 @@
 on) and LiteLLM, side by side in one run, against a provider simulator.
 
     python bench/workload.py [--n 600] [--seed 47] [--paths direct,default,every,litellm]
-                             [--ablate] [--repeat N] [--baseline-rev REV] [--json FILE]
+                             [--ablate [STAGE,...]] [--repeat N] [--baseline-rev REV] [--json FILE]
 
 - The provider: ``bench/provider_sim.py`` (OpenAI chat and Anthropic Messages, its latency
   model, prompt caching, token-per-minute limit and faults: every parameter printed), a
@@ -60,6 +60,7 @@ from bench.workload_report import (
     pool_rounds,
     print_pooled,
     print_report,
+    provider_time,
     served_wrong,
     summarize,
 )
@@ -295,7 +296,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=100, help="warm-up requests before them")
     ap.add_argument("--seed", type=int, default=47)
     ap.add_argument("--paths", default="direct,default,every,litellm")
-    ap.add_argument("--ablate", action="store_true", help="every-stage runs, one stage off")
+    ap.add_argument("--ablate", nargs="?", const=",".join(STAGES), default="",
+                    help="every-stage runs, one stage off at a time (all, or these stages)")
     ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
     ap.add_argument("--json", type=Path, help="write the full results here")
     ap.add_argument("--repeat", type=int, default=1, help="rounds, each on its own seeded "
@@ -307,11 +309,12 @@ def main() -> int:
     paths: list[tuple[str, str | None]] = []
     for name in args.paths.split(","):
         paths.append((name, {"default": DEFAULT_POLICY, "every": EVERY_POLICY}.get(name)))
-    if args.ablate:
-        for stage in STAGES:
-            kept = [s for s in STAGES if s != stage]
-            policy = EVERY_POLICY + f"\n[pipeline]\nstages = {json.dumps(kept)}\n"
-            paths.append((f"every-no-{stage}", policy))
+    for stage in filter(None, args.ablate.split(",")):
+        if stage not in STAGES:
+            ap.error(f"--ablate: unknown stage {stage!r}; one of {', '.join(STAGES)}")
+        kept = [s for s in STAGES if s != stage]
+        policy = EVERY_POLICY + f"\n[pipeline]\nstages = {json.dumps(kept)}\n"
+        paths.append((f"every-no-{stage}", policy))
 
     work = Path(tempfile.mkdtemp(prefix="workload-"))
     sources = {name: ROOT for name, _ in paths}
@@ -376,6 +379,7 @@ def run_round(paths: list[tuple[str, str | None]], mix: list[Any], mix_params: A
         summary["served_wrong"] = served_wrong(run, direct, by_id)
         summary["meaning_changed"] = meaning_changed(run, by_id, MODELS, compress=every)
         summary["lossy"] = lossy_quality(run, by_id)
+        summary["provider"] = provider_time(run, by_id)
         report["paths"][run["name"]] = summary
     every_run = report["paths"].get("every")
     if every_run and direct is not None:  # each stage's share: what leaving it out gives back

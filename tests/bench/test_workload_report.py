@@ -117,3 +117,22 @@ def test_repeated_rounds_pool_their_requests_and_compare_round_by_round() -> Non
     assert pooled_gw["ratios"]["cost"] == 0.5
     assert pooled_gw["outcomes"] == {"ok": 4}
     assert gaps(gw_sums, direct_sums)["ttft_p50"] == [-0.5, -0.5]
+
+
+def test_the_providers_own_time_is_told_from_what_the_proxy_added(tmp_path: Path) -> None:
+    from bench.workload_report import provider_time
+
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    record = tmp_path / "up.jsonl"
+    # a warm-up call, then a 500 and its retry for "a", one call for "b"; "c" was a hit
+    record.write_bytes(b"\n".join(orjson.dumps(
+        {"path": "/v1/chat/completions", "headers": {"x-request-id": rid}, "body": body})
+        for rid in ("w", "a", "a", "b")))
+    stats = [{"status": 500, "ttft_ms": None}, {"status": 200, "ttft_ms": 300.0},
+             {"status": 200, "ttft_ms": 500.0}]
+    by_id = {k: Req(k, body=body) for k in "wabc"}
+    log = log_file(tmp_path, [{"request_id": "c", "cache": "hit"}])
+    gw = run("default", [result("a", "x", 310.0), result("b", "y", 520.0),
+                         result("c", "x", 5.0)], log=log, record=record, upstream=stats)
+    gw["warm_results"] = [result("w", "w")]
+    assert provider_time(gw, by_id) == {"floor_ttft_p50": 300.0, "added_ttft_p50": 10.0}
