@@ -23,7 +23,8 @@ times (:class:`~gateway.ttft_window.TtftWindow`), the shorter when both. The las
 request can make (its last target's last try, or any when the retry budget is spent) has
 none: cutting it would only turn a slow answer into an error.
 
-**Stalls** (:class:`_Watched`): once the answer streams, no upstream event but pings or
+**Stalls** (:class:`_Watched`, the rest of the stream once it answers, where the policy
+watches it): once the answer streams, no upstream event but pings or
 comments for ``stream_idle_timeout_ms`` (time the relay spends sending to a slow client
 does not count), or fewer content events a second than ``min_tokens_per_s`` over
 ``pace_window_s``, closes the upstream's response and raises
@@ -195,7 +196,7 @@ class Attempts:
         upstream = self._dispatching.upstreams[target.upstream]
         api = "responses" if upstream.native_responses and self.ctx.api.name == "responses" \
             else upstream.api
-        chunks = _Watched(response.iter_chunks(), response, self, target)
+        chunks, rule = response.iter_chunks(), self._rule
         reader, parts = EventReader(), []
         async for chunk in chunks:
             parts.append(chunk)
@@ -205,7 +206,8 @@ class Attempts:
                     if kind == CONTENT:
                         self.watch.sample(target, (time.perf_counter() - self._started) * 1000,
                                           self._size)
-                        chunks.arm(self._rule)
+                        if rule.stream_idle_timeout_ms or rule.min_tokens_per_s:
+                            chunks = _Watched(chunks, response, self, target, rule)
                     return chunks, b"".join(parts)
         return chunks, b"".join(parts)
 
@@ -217,36 +219,32 @@ class Attempts:
 
 
 class _Watched:
-    """An upstream stream's chunks; once :meth:`arm`-ed, watched for stalls. Silence is
-    measured only while the reader waits for the upstream (time the relay spends sending
-    to a slow client is not the upstream's), with one timer moved lazily, as the read
-    timeout's (gateway.upstreams.openai._Chunks)."""
+    """The rest of an answering stream's chunks, watched for stalls under ``rule``.
+    Silence is measured only while the reader waits for the upstream (time the relay spends
+    sending to a slow client is not the upstream's), with one timer moved lazily, as the
+    read timeout's (gateway.upstreams.openai._Chunks)."""
 
     __slots__ = ("__weakref__", "_attempts", "_deadline", "_events", "_idle_s", "_inner",
                  "_loop", "_min_rate", "_response", "_returned", "_target", "_timer",
                  "_wait_began", "_waited", "_waiting", "_window_s", "stalled")
 
     def __init__(self, inner: AsyncIterator[bytes], response: UpstreamResponse,
-                 attempts: Attempts, target: Target) -> None:
+                 attempts: Attempts, target: Target, rule: StreamWatchRule) -> None:
         self._inner, self._response = inner, response
         self._attempts, self._target = attempts, target
         self._loop = asyncio.get_running_loop()
-        self._idle_s = self._min_rate = self._window_s = 0.0
-        self._deadline = self._returned = self._wait_began = self._waited = 0.0
-        self._events = 0
-        self._waiting = False
-        self._timer: asyncio.TimerHandle | None = None
-        #: Why the stream stalled (STALL_REASONS), once it has.
-        self.stalled: str | None = None
-
-    def arm(self, rule: StreamWatchRule) -> None:
-        """The answer streams: watch it under ``rule`` from now on."""
         self._idle_s = rule.stream_idle_timeout_ms / 1000
         self._min_rate, self._window_s = rule.min_tokens_per_s, rule.pace_window_s
         now = self._returned = self._loop.time()
+        self._deadline = now + self._idle_s
+        self._wait_began = self._waited = 0.0
+        self._events = 0
+        self._waiting = False
+        self._timer: asyncio.TimerHandle | None = None
         if self._idle_s:
-            self._deadline = now + self._idle_s
             self._timer = self._loop.call_at(self._deadline, _check, weakref.ref(self))
+        #: Why the stream stalled (STALL_REASONS), once it has.
+        self.stalled: str | None = None
 
     def __aiter__(self) -> _Watched:
         return self
@@ -254,11 +252,9 @@ class _Watched:
     async def __anext__(self) -> bytes:
         if self.stalled is not None:
             raise self._error()
-        armed = self._idle_s or self._min_rate
-        if armed:
-            now = self._loop.time()
-            self._deadline += now - self._returned  # the relay's time is no silence
-            self._wait_began, self._waiting = now, True
+        now = self._loop.time()
+        self._deadline += now - self._returned  # the relay's time is no silence
+        self._wait_began, self._waiting = now, True
         try:
             chunk = await self._inner.__anext__()
         except (UpstreamError, StopAsyncIteration) as exc:
@@ -268,13 +264,12 @@ class _Watched:
             raise
         finally:
             self._waiting = False
-        if armed:
-            now = self._returned = self._loop.time()
-            live = alive(chunk)
-            if live:
-                self._deadline = now + self._idle_s
-            if self._min_rate:
-                self._pace(now, live)
+        now = self._returned = self._loop.time()
+        live = alive(chunk)
+        if live:
+            self._deadline = now + self._idle_s
+        if self._min_rate:
+            self._pace(now, live)
         return chunk
 
     def _pace(self, now: float, live: bool) -> None:
@@ -290,7 +285,7 @@ class _Watched:
         """The idle timer fired: a stall when the reader has waited past the deadline,
         else the timer moved to it."""
         self._timer = None
-        if self.stalled is not None:
+        if self.stalled is not None or self._response.at_eof():
             return
         now = self._loop.time()
         if not self._waiting:  # the relay is sending: the deadline moves at the next read

@@ -134,6 +134,17 @@ def test_a_stream_that_breaks_before_its_first_token_fails_over_too(
     assert gw.logged()[0]["upstream"] == "quick"
 
 
+def test_a_first_token_within_the_deadline_is_not_cut(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    gw = make_gateway(upstreams(fake_server.url, '"x-fake-first-token-ms" = "50", '
+                                '"x-fake-ping-ms" = "10"'), policy=policy("first_token_ms = 2000"))
+    assert chat_text(sse(gw.v1 + "/chat/completions", CHAT)) == WORDS
+    log = gw.logged()[0]
+    assert log["upstream"] == "slow" and log["first_token_timeouts"] == 0
+    assert log["ttft_ms"] >= 50  # the time to the first token, not to the role chunk
+
+
 def test_the_last_attempt_has_no_deadline(make_gateway: Callable[..., GatewayServer],
                                           fake_server: Any, fake: FakeUpstream) -> None:
     """One target, two tries: the first is cut, the second waits for its late token (a
@@ -150,11 +161,11 @@ def test_the_learned_deadline_cuts_an_attempt_far_past_the_targets_usual_first_t
         make_gateway: Callable[..., GatewayServer], fake_server: Any,
         fake: FakeUpstream) -> None:
     gw = make_gateway(upstreams(fake_server.url, ""), policy=policy(
-        "first_token_min_samples = 3\nfirst_token_floor_ms = 150\nfirst_token_factor = 2"))
+        "first_token_min_samples = 3\nfirst_token_floor_ms = 100\nfirst_token_factor = 1"))
     for _ in range(3):  # the slow upstream answers at once: three samples of a few ms
         assert chat_text(sse(gw.v1 + "/chat/completions", CHAT)) == WORDS
     assert chat_text(sse(gw.v1 + "/chat/completions", CHAT,
-                         {"x-fake-first-token-ms": "600"})) == WORDS  # both slow now:
+                         {"x-fake-first-token-ms": "800"})) == WORDS  # both slow now:
     log = gw.logged(4)[3]
     # the first cut at the floor, the second (the last attempt) waited for its token
     assert log["first_token_timeouts"] == 1 and log["upstream"] == "quick"
@@ -174,10 +185,10 @@ def test_an_anthropic_client_gets_one_message_start_after_a_failover(
     names = [n for n, _ in events]
     assert names.count("message_start") == 1 and names[-1] == "message_stop"
     assert names.count("ping") == 1  # the quick one's own; the slow one's pings: gone
-    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client:
-        with client.messages.stream(model="watched", max_tokens=50,
-                                    messages=[{"role": "user", "content": "hi"}]) as stream:
-            assert stream.get_final_text() == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
+    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client, \
+            client.messages.stream(model="watched", max_tokens=50,
+                                   messages=[{"role": "user", "content": "hi"}]) as stream:
+        assert stream.get_final_text() == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
     assert [r["first_token_timeouts"] for r in gw.logged(2)] == [1, 1]
 
 
@@ -190,9 +201,9 @@ def test_a_responses_client_gets_one_response_created_after_a_failover(
     events = sse(gw.v1 + "/responses", {"model": "watched", "input": "hi", "stream": True})
     names = [n for n, _ in events]
     assert names.count("response.created") == 1 and names[-1] == "response.completed"
-    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client:
-        with client.responses.stream(model="watched", input="hi") as stream:
-            assert stream.get_final_response().output_text == WORDS
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client, \
+            client.responses.stream(model="watched", input="hi") as stream:
+        assert stream.get_final_response().output_text == WORDS
     assert gw.logged(2)[0]["upstream"] == "quick"
 
 
@@ -219,10 +230,10 @@ def test_a_chat_stream_that_stalls_ends_with_an_error_event_not_done(
     assert log["upstream"] == "slow"  # content had reached the client: no failover
     fake.wait_for(lambda rs: [r for r in rs if r.disconnected])  # the upstream was closed
     assert metric(gw, 'gateway_stream_stalls_total{reason="idle",upstream="slow"}') == 1
-    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client:
-        with pytest.raises(openai.APIError, match="stalled"):
-            for _ in client.chat.completions.create(**CHAT):  # type: ignore[call-overload]
-                pass
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client, \
+            pytest.raises(openai.APIError, match="stalled"):
+        for _ in client.chat.completions.create(**CHAT):  # type: ignore[call-overload]
+            pass
 
 
 def test_an_anthropic_stream_that_stalls_ends_with_an_error_event(
