@@ -4,7 +4,7 @@ retries, before any byte reaches the client.
 :class:`Dispatch` sends the request to the targets of the model to serve (``ctx.route``),
 rewrites ``model`` for each target, asks OpenAI-style upstreams for the final usage chunk of a
 stream (forwarded only to clients that asked for it), and returns the
-:class:`~gateway.context.Reply`: a complete response, or an open stream whose first chunk has
+:class:`~gateway.context.Reply`: a complete response, or an open stream whose first token has
 arrived. The body each target is sent is made once per target (translated, shaped), not once
 per attempt; a whole answer is parsed once, and its parsed form handed on (``Reply.json``,
 and what the upstream answered into the context). :class:`Dispatcher` does the trying:
@@ -18,9 +18,8 @@ full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015). A r
 not retried: the upstream may still be working on it. When every attempt fails with a status,
 the last upstream response is returned as it is, so the client sees the upstream's own error.
 
-A streaming attempt includes the first body chunk: an upstream that accepts and then dies
-before sending anything is retried too. After that, the caller owns the stream (and its
-admission slot, which it releases when the stream ends).
+A streaming attempt lasts until its first token (:mod:`gateway.stream_watch`), failures before
+it retried too; then the caller owns the stream and its slot (released when the stream ends).
 
 Before a target is tried, its circuit breaker must allow it and its limiter must admit the
 request (:mod:`gateway.concurrency`); a target that cannot take it is skipped, and when no
@@ -46,7 +45,7 @@ from gateway.breaker import Breaker
 from gateway.concurrency import Shed, Slot
 from gateway.config import Target
 from gateway.context import Reply, RequestContext, Stream
-from gateway.errors import NoUpstreamAvailable, UpstreamError, UpstreamTimeout
+from gateway.errors import FirstTokenTimeout, NoUpstreamAvailable, UpstreamError, UpstreamTimeout
 from gateway.formats.bridge import Bridge, TranslatedStream
 from gateway.formats.translator import Translator
 from gateway.guard import Guard
@@ -57,6 +56,7 @@ from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
 from gateway.retry_budget import RetryBudget
 from gateway.service_time import work_of
+from gateway.stream_watch import StreamWatch
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
@@ -131,6 +131,7 @@ class Dispatcher:
         #: Hedges (gateway.hedge) spent per hedged request, as the retry budget.
         self.hedges = HedgeBudget(policy.balance.hedge_budget)
         self.affinity = Affinity()  # the "affinity" models' conversations and targets
+        self.watch = StreamWatch()  # first-token deadlines, stalls: gateway.stream_watch
         self._rand = rand
         self._sleep = sleep
 
@@ -175,14 +176,14 @@ class Dispatcher:
                 if ctx.accepted is not None:  # the client's head now, before the first event
                     await ctx.accepted(_stream_headers(response.headers),
                                        b"" if head is None else head(target.model))
-                chunks = response.iter_chunks()
-                first = await anext(chunks, b"")
+                chunks, first = await watch.opening(response, target)  # to its first token
             except BaseException:
                 response.close()
                 raise
             return Opened(response, chunks, first)
 
-        return self._run(targets, attempt, ctx)
+        watch = self.watch.attempts(ctx, targets, self)
+        return self._run(targets, watch.timed(attempt), ctx)
 
     async def _run(
         self,
@@ -242,6 +243,8 @@ class Dispatcher:
                         if isinstance(exc, UpstreamTimeout):
                             raise
                         error, last = exc, None
+                        if isinstance(exc, FirstTokenTimeout) and exc.next_target:
+                            break
                         delay = backoff_ms(n, retry, self._rand)
                     except BaseException:
                         ewma.pending -= 1

@@ -16,7 +16,9 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
      ├── NotFound                  404 invalid_request_error / not_found
      ├── UpstreamError             502 upstream_error / upstream_error
      │    ├── UpstreamUnreachable  502 upstream_error / upstream_unreachable
-     │    └── UpstreamTimeout      504 upstream_error / upstream_timeout
+     │    ├── UpstreamTimeout      504 upstream_error / upstream_timeout
+     │    └── UpstreamStalled      504 upstream_error / upstream_stalled
+     │         └── FirstTokenTimeout  504 upstream_error / first_token_timeout
      ├── RateLimited               429 requests|tokens / rate_limit_exceeded (a key's RPM/TPM)
      ├── NoUpstreamAvailable       503 overloaded_error / no_upstream_available
      └── Overloaded                503 overloaded_error / degraded_mode (shed)
@@ -35,6 +37,7 @@ from llm_wire.errors import APIError, error_body
 __all__ = [
     "AuthenticationFailed",
     "ConfigError",
+    "FirstTokenTimeout",
     "GatewayError",
     "HeadersTooLarge",
     "InvalidJSON",
@@ -50,6 +53,7 @@ __all__ = [
     "RequestTooLarge",
     "TenantLimited",
     "UpstreamError",
+    "UpstreamStalled",
     "UpstreamTimeout",
     "UpstreamUnreachable",
     "error_body",
@@ -141,6 +145,36 @@ class UpstreamUnreachable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+# -- issue 48: a stream that stops making progress (gateway.stream_watch) -------------------
+class UpstreamStalled(UpstreamError):
+    """An upstream's open stream stopped making progress (:mod:`gateway.stream_watch`):
+    ``reason`` ``idle`` (no event but pings or comments for ``stream_idle_timeout_ms``) or
+    ``slow`` (under ``min_tokens_per_s``). Raised where the stream is read, the upstream's
+    response closed: the relay ends the client's stream with it as an error event in the
+    client's format (the place a continuation would take over instead). Unlike
+    :class:`UpstreamTimeout`, not a reason to keep waiting."""
+
+    status = 504
+    code = "upstream_stalled"
+
+    def __init__(self, message: str, *, reason: str = "idle") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class FirstTokenTimeout(UpstreamStalled):
+    """No text, tool-call or reasoning delta within an attempt's first-token deadline
+    (:mod:`gateway.stream_watch`), nothing sent to the client yet: the attempt is closed and
+    retried as a failure before the first byte, on the model's next target at once when
+    ``next_target``."""
+
+    code = "first_token_timeout"
+
+    def __init__(self, message: str, *, next_target: bool) -> None:
+        super().__init__(message, reason="first_token")
+        self.next_target = next_target
 
 
 class RateLimited(GatewayError):

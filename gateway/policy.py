@@ -29,6 +29,7 @@ from gateway.errors import ConfigError
 from gateway.ratelimit.policy import RateLimitPolicy
 from gateway.retry_budget import RetryBudgetPolicy
 from gateway.schema import bounded, load_toml, parse
+from gateway.stream_watch_policy import StreamWatchPolicy
 from gateway.translation_policy import TranslationPolicy
 
 __all__ = ["CachePolicy", "CompressionPolicy", "DegradedPolicy", "OperatingPoint",
@@ -296,6 +297,7 @@ class Policy:
     rate_limits: RateLimitPolicy = field(default_factory=RateLimitPolicy)
     coalesce: CoalescePolicy = field(default_factory=CoalescePolicy)
     balance: BalancePolicy = field(default_factory=BalancePolicy)
+    stream_watch: StreamWatchPolicy = field(default_factory=StreamWatchPolicy)  # issue 48
     version: str = "default"
 
 

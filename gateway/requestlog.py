@@ -87,6 +87,12 @@ dropped_tools      a Responses request's hosted tools left out of what a transla
                    was offered (``[translation] hosted_tools = "drop"``), by type, each once
                    (e.g. ``["web_search"]``: from the known set,
                    gateway.formats.responses_tools.HOSTED_TOOLS); else null
+first_token_timeouts
+                   streamed attempts cut by the first-token deadline (``[stream_watch]``),
+                   each then retried or failed over; 0
+stalled            the stream stalled once answering (gateway.stream_watch): ``idle`` (no
+                   event but pings for ``stream_idle_timeout_ms``) or ``slow`` (under
+                   ``min_tokens_per_s``); it ended with an error event; else null
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -126,6 +132,7 @@ FIELDS = (
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
     "compress_fine", "coalesced", "hedged", "path", "dropped_tools",
+    "first_token_timeouts", "stalled",  # issue 48: gateway.stream_watch
 )
 
 
@@ -213,6 +220,8 @@ class RequestRecord:
     hedged: bool = False
     path: str | None = None
     dropped_tools: list[str] | None = None
+    first_token_timeouts: int = 0
+    stalled: str | None = None
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

@@ -41,6 +41,7 @@ from gateway.routing.decision import Routers
 from gateway.secret import load_secret
 from gateway.stage_table import Services, check_stages
 from gateway.store_config import key_share
+from gateway.stream_watch import StreamWatchCollector
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 from llm_wire.asgi import DisconnectWatches
@@ -141,6 +142,8 @@ class Gateway:
         self.entry_limits = EntryLimits(len(config.auth.keys))
         self.model_limiters = ModelLimiters()
         self.metrics.watch_guards(self.dispatcher)
+        self.metrics.registry.register(StreamWatchCollector(self.dispatcher.watch,
+                                                            self.upstreams))
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
         self.request_ids = RequestIds()
         self.cache = build_cache(config.cache, embed, lambda: self.policy.cache.verifier,

@@ -25,6 +25,8 @@ the field. Steering headers (as in the OpenAI fake):
 ``x-fake-no-system-role``   the model takes no system-role message in ``messages`` (as
                             Claude models before Opus 4.8): a 400 when one is there
 =========================  ===========================================================
+
+Late first deltas and stalls, pings meanwhile: :mod:`gateway.testing.fake_stalls`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from gateway.testing.anthropic_rules import (
     validate_request,
 )
 from gateway.testing.fake_responses import json_instance
+from gateway.testing.fake_stalls import ANTHROPIC_PING, Stalls
 from gateway.testing.fake_upstream import FakeUpstream, Record, _send_json, _wait
 from gateway.testing.tool_args import anthropic_tool_use
 from gateway.types import Message, Send
@@ -177,7 +180,7 @@ class FakeAnthropic(FakeUpstream):
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
             *ids]})
         rec.first_byte = time.monotonic()
-        delay = False
+        delay, stalls, deltas = False, Stalls.of(headers), 0
         for event, obj in _events(message):
             text = event == "content_block_delta" and obj["delta"]["type"] == "text_delta"
             if text and rec.chunks_sent == die_after:
@@ -188,7 +191,9 @@ class FakeAnthropic(FakeUpstream):
             if event == "content_block_delta":
                 if (itl and delay and await _wait(disconnected, itl)) or disconnected.is_set():
                     return
-                delay = True
+                if await stalls.before_delta(deltas, send, disconnected, ANTHROPIC_PING):
+                    return
+                delay, deltas = True, deltas + 1
             await send(_sse(event, obj, more=event != "message_stop"))
             if text:
                 rec.chunks_sent += 1

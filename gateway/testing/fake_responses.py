@@ -23,7 +23,8 @@ itself can be tested without OpenAI:
   forgets it; an unknown id there is a 404.
 
 Steering headers (the module docstring of ``fake_upstream`` has the whole table):
-``x-fake-tokens`` (text pieces), ``x-fake-itl-ms`` (gap between streamed deltas),
+``x-fake-tokens`` (text pieces), ``x-fake-itl-ms`` (gap between streamed deltas), the late
+first delta and stalls of :mod:`gateway.testing.fake_stalls`,
 ``x-fake-die-after`` (drop the connection after N deltas), ``x-fake-finish`` (``length``:
 status ``incomplete``), ``x-fake-usage: 0`` (usage null), ``x-fake-tool`` (call the first
 function tool with ``{"x": 1}``, or ``x-fake-tool-args``; ``once``: only while the
@@ -50,6 +51,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.testing.fake_stalls import COMMENT_PING, Stalls
 from gateway.testing.tool_args import responses_call
 from gateway.types import Message, Send
 
@@ -247,8 +249,12 @@ class FakeResponses:
         rec.first_byte = time.monotonic()
         itl = float(headers.get("x-fake-itl-ms", 0)) / 1000
         die_after = int(headers.get("x-fake-die-after", -1))
-        deltas = 0
+        deltas, stalls, sent = 0, Stalls.of(headers), 0  # sent: deltas of any kind
         for number, (kind, event) in enumerate(_events(response, headers)):
+            if kind.endswith(".delta"):
+                if await stalls.before_delta(sent, send, disconnected, COMMENT_PING):
+                    return
+                sent += 1
             if kind == "response.output_text.delta":
                 if deltas == die_after:
                     raise ConnectionAbortedError("fake upstream: dying mid-stream on request")

@@ -33,6 +33,9 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             (or the client has left): an upstream as slow as a test needs
 =========================  =========================================================
 
+Late first tokens and stalls: :mod:`gateway.testing.fake_stalls` (``x-fake-first-token-ms``,
+``x-fake-stall-after``, ``x-fake-stall-ms``, ``x-fake-ping-ms``), in every fake.
+
 Structured outputs: with a ``json_schema`` ``response_format`` (Responses: ``text.format``)
 the text is a JSON instance of the schema (:func:`.fake_responses.json_instance`).
 
@@ -59,6 +62,7 @@ import orjson
 
 from gateway.testing.cache_sim import CacheSims, PromptUsage
 from gateway.testing.fake_responses import FakeResponses, schema_of, text_pieces, wait_or_left
+from gateway.testing.fake_stalls import COMMENT_PING, Stalls
 from gateway.testing.tool_args import chat_tool_call as _tool_call
 from gateway.types import Receive, Scope, Send
 
@@ -286,12 +290,15 @@ class FakeUpstream:
             await send(_event(first))
         call = _tool_call(data, headers) if chat else None
         pieces = [] if call else text_pieces(n, schema_of(data))
+        stalls = Stalls.of(headers)
         if call is not None:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             deltas = [{"index": 0, "id": call["id"], "type": "function",
                        "function": {"name": name, "arguments": arguments[:3]}},
                       {"index": 0, "function": {"arguments": arguments[3:]}}]
-            for delta in deltas:
+            for k, delta in enumerate(deltas):
+                if await stalls.before_delta(k, send, disconnected, COMMENT_PING):
+                    return
                 await send(_event({**base, "choices": [{"index": 0, "delta": {
                     "tool_calls": [delta]}, "finish_reason": None}], **usage_extra}))
         for i, piece in enumerate(pieces):
@@ -299,7 +306,7 @@ class FakeUpstream:
                 raise ConnectionAbortedError("fake upstream: dying mid-stream on request")
             if itl and i and await _wait(disconnected, itl):
                 return
-            if disconnected.is_set():
+            if await stalls.before_delta(i, send, disconnected, COMMENT_PING):
                 return
             choice: dict[str, Any] = {"index": 0, "finish_reason": None}
             if chat:

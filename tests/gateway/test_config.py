@@ -104,7 +104,8 @@ def test_policy_is_strict_too(tmp_path):
                                           "coalesce, compression, degraded, pipeline, "
                                           "prompt_cache, "
                                           "rate_limits, retry, retry_budget, "
-                                          "routing, streaming, translation, version"):
+                                          "routing, stream_watch, streaming, translation, "
+                                          "version"):
         load_policy(path)
 
 

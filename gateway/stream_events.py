@@ -1,0 +1,114 @@
+"""What an upstream's stream event means to the stream watch (:mod:`gateway.stream_watch`),
+in the upstream's own wire format: pure, I/O-free.
+
+Each event is one of:
+
+- ``OPENING``: bookkeeping before or around the answer (OpenAI's role chunk, Anthropic's
+  ``message_start`` and ``content_block_start``, Responses' ``response.created``,
+  ``response.in_progress``, ``output_item.added``...): proof the upstream is alive, not that
+  it is answering.
+- ``PING``: a keep-alive (Anthropic's ``event: ping``; SSE comments never reach here: the
+  reader drops them).
+- ``CONTENT``: a text, tool-call or reasoning delta: the answer has begun (the first-token
+  deadline is met).
+- ``END``: the answer's end or an error event (``finish_reason`` set, ``[DONE]``,
+  ``message_delta``/``message_stop``, ``response.completed``/``failed``/``incomplete``,
+  ``error``): a short or failed answer, to pass on as it is.
+
+Sources: https://platform.openai.com/docs/api-reference/chat-streaming,
+https://docs.anthropic.com/en/docs/build-with-claude/streaming,
+https://platform.openai.com/docs/api-reference/responses-streaming
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llm_wire.sse import Event, parse_event
+
+__all__ = ["CONTENT", "END", "OPENING", "PING", "alive", "kind_of"]
+
+OPENING, PING, CONTENT, END = 0, 1, 2, 3
+
+_DELTA_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
+_ANTHROPIC_END = frozenset(("message_delta", "message_stop", "error"))
+_RESPONSES_END = frozenset(("response.completed", "response.failed", "response.incomplete",
+                            "error"))
+
+
+def kind_of(api: str, event: Event) -> int:
+    """``event`` (parsed: name, data) of a stream in ``api`` (``openai``: Chat Completions
+    or legacy completions; ``anthropic``: Messages; ``responses``) as OPENING, PING,
+    CONTENT or END."""
+    name, data = event
+    if api == "anthropic":
+        kind = name if name is not None else _type(data)
+        if kind == "ping":
+            return PING
+        if kind == "content_block_delta":
+            return CONTENT
+        return END if kind in _ANTHROPIC_END else OPENING
+    if api == "responses":
+        kind = name if name is not None else _type(data)
+        if kind is None:
+            return OPENING
+        if kind.endswith(".delta"):
+            return CONTENT
+        return END if kind in _RESPONSES_END else OPENING
+    return _openai(data)
+
+
+def _type(data: bytes) -> str | None:
+    obj = _json(data)
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _openai(data: bytes) -> int:
+    if data == b"[DONE]":
+        return END
+    obj = _json(data)
+    if not isinstance(obj, dict):
+        return OPENING
+    if "error" in obj:
+        return END
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return OPENING
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (delta.get("tool_calls") or delta.get("function_call")
+                                        or any(delta.get(k) for k in _DELTA_FIELDS)):
+            return CONTENT
+        if choice.get("text"):  # legacy completions
+            return CONTENT
+        if choice.get("finish_reason") is not None:
+            return END
+    return OPENING
+
+
+def alive(chunk: bytes) -> bool:
+    """Whether ``chunk`` (stream bytes as they arrived) holds anything but keep-alives: an
+    event other than a ping, or part of one. Called on every chunk once an answer streams,
+    so the common case is two slice comparisons; a chunk cut inside an event counts as
+    alive."""
+    if chunk[:1] != b":" and chunk[:11] != b"event: ping":
+        return True
+    for raw in chunk.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name, data = parse_event(raw)
+        if name is None and not data:
+            continue  # comments, blank
+        if name != "ping":
+            return True
+    return False

@@ -1,0 +1,353 @@
+"""The upstream side of a streamed answer, watched: a first-token deadline with failover, and
+stall detection once the answer streams (issue 48, items 1 and 2; policy
+``[stream_watch]``, :mod:`gateway.stream_watch_policy`).
+
+**Nothing reaches the client before the first token.** A streaming attempt
+(:meth:`gateway.dispatch.Dispatcher.stream`) reads its upstream's events until the first
+text, tool-call or reasoning delta (:mod:`gateway.stream_events`), keeping what came before
+it (OpenAI's role chunk, Anthropic's ``message_start`` and pings, Responses'
+``response.created``...): only then does the attempt succeed and the relay send them, all
+together. So while an attempt has produced no answer, only the stream's head (HTTP headers;
+an Anthropic client's ``message_start`` made by the gateway, the same for every target) and
+the gateway's own ``: keepalive`` comments have reached the client, and any failure of the
+attempt (an error, a cut connection, the deadline) is a failure before the first byte:
+retried, counted and failed over as one (:mod:`gateway.dispatch`).
+
+**The first-token deadline** (:class:`Attempts`): an attempt with no first delta within its
+deadline, from the attempt's start (connecting and the upstream's headers included; pings,
+comments and opening events do not count), is closed (the upstream stops generating) and
+fails with :class:`~gateway.errors.FirstTokenTimeout`: the request goes to the model's next
+target at once, or, on its last target, tries it again after the usual backoff. The
+deadline is the policy's fixed one, or the one learned from the target's recent first-token
+times (:class:`~gateway.ttft_window.TtftWindow`), the shorter when both. The last attempt a
+request can make (its last target's last try, or any when the retry budget is spent) has
+none: cutting it would only turn a slow answer into an error.
+
+**Stalls** (:class:`_Watched`, the rest of the stream once it answers, where the policy
+watches it): once the answer streams, no upstream event but pings or
+comments for ``stream_idle_timeout_ms`` (time the relay spends sending to a slow client
+does not count), or fewer content events a second than ``min_tokens_per_s`` over
+``pace_window_s``, closes the upstream's response and raises
+:class:`~gateway.errors.UpstreamStalled` where the stream is read: the relay ends the
+client's stream with it as an error event in the client's format, never a clean end (a
+continuation would hook in there). Silence before the first delta is the deadline's (a
+reasoning model may think silently for minutes after ``response.created``).
+
+Counted in the log line (``first_token_timeouts``, ``stalled``) and in
+``gateway_first_token_timeouts_total{upstream}``, ``gateway_stream_stalls_total{upstream,
+reason}`` (:class:`StreamWatchCollector`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Protocol, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.breaker import State
+from gateway.config import Target
+from gateway.context import RequestContext
+from gateway.errors import FirstTokenTimeout, UpstreamError, UpstreamStalled
+from gateway.guard import Guard
+from gateway.models import model_key
+from gateway.retry_budget import RetryBudget
+from gateway.stream_events import CONTENT, alive, kind_of
+from gateway.stream_watch_policy import StreamWatchRule
+from gateway.ttft_window import TtftWindow
+from gateway.upstreams.base import Upstream, UpstreamResponse
+from llm_wire.sse import EventReader
+
+__all__ = ["STALL_REASONS", "Attempts", "StreamWatch", "StreamWatchCollector"]
+
+R = TypeVar("R")
+#: gateway_stream_stalls_total{reason}.
+STALL_REASONS = ("idle", "slow")
+
+
+class _Dispatching(Protocol):
+    """What :class:`Attempts` reads of the dispatcher (gateway.dispatch.Dispatcher)."""
+
+    upstreams: dict[str, Upstream]
+    guards: dict[str, Guard]
+    budget: RetryBudget
+
+
+class StreamWatch:
+    """The dispatcher's: each target's recent first-token times, and the counts the metrics
+    export. At most ``MAX_TARGETS`` windows (a pattern's targets follow the ids clients
+    ask: the oldest window goes first)."""
+
+    MAX_TARGETS = 1024
+
+    def __init__(self) -> None:
+        self.windows: dict[tuple[str, str], TtftWindow] = {}
+        #: upstream -> attempts cut by the first-token deadline
+        self.first_token_timeouts: dict[str, int] = {}
+        #: (upstream, reason) -> streams ended as stalled
+        self.stalls: dict[tuple[str, str], int] = {}
+
+    def attempts(self, ctx: RequestContext, targets: Sequence[Target],
+                 dispatching: _Dispatching) -> Attempts:
+        """One streamed dispatch's attempts on ``targets``."""
+        return Attempts(self, ctx, targets, dispatching)
+
+    def sample(self, target: Target, ms: float, size: int) -> None:
+        """A first token after ``ms`` on ``target`` for a request of ``size`` bytes."""
+        key = (target.upstream, target.model)
+        window = self.windows.get(key)
+        if window is None:
+            if len(self.windows) >= self.MAX_TARGETS:
+                del self.windows[next(iter(self.windows))]
+            window = self.windows[key] = TtftWindow()
+        window.add(ms, size)
+
+    def deadline_ms(self, rule: StreamWatchRule, target: Target, size: int) -> float | None:
+        """``target``'s first-token deadline (ms) for a request of ``size`` bytes under
+        ``rule``: the fixed one, the learned one, the shorter of both, or None."""
+        learned = None
+        if rule.first_token_factor > 0:
+            window = self.windows.get((target.upstream, target.model))
+            if window is not None:
+                learned = window.deadline_ms(size, rule.first_token_percentile,
+                                             rule.first_token_factor,
+                                             rule.first_token_floor_ms,
+                                             rule.first_token_min_samples)
+        fixed = rule.first_token_ms or None
+        if fixed is None or learned is None:
+            return fixed if learned is None else learned
+        return min(fixed, learned)
+
+
+class Attempts:
+    """One streamed dispatch's attempts (the dispatcher's ``_run`` makes them in order):
+    :meth:`timed` wraps an attempt in its first-token deadline, :meth:`opening` reads its
+    stream up to the first token."""
+
+    __slots__ = ("_dispatching", "_rule", "_size", "_started", "_tries", "ctx", "targets",
+                 "watch")
+
+    def __init__(self, watch: StreamWatch, ctx: RequestContext,
+                 targets: Sequence[Target], dispatching: _Dispatching) -> None:
+        self.watch, self.ctx, self.targets = watch, ctx, targets
+        self._dispatching = dispatching
+        policy, route = ctx.policy.stream_watch, ctx.route
+        self._rule = policy.rule(None if route is None or not policy.models
+                                 else model_key(route.name, route, policy.models))
+        self._size = len(ctx.raw)  # the prompt's size, as the learned deadline scales it
+        self._tries: dict[int, int] = {}
+        self._started = 0.0
+
+    def timed(self, attempt: Callable[[Upstream, Target], Awaitable[R]]
+              ) -> Callable[[Upstream, Target], Awaitable[R]]:
+        """``attempt`` under the target's first-token deadline, where another attempt could
+        follow; raises FirstTokenTimeout when it passes."""
+        async def run(upstream: Upstream, target: Target) -> R:
+            self._started = time.perf_counter()
+            deadline, later = self._deadline(target)
+            if deadline is None:
+                return await attempt(upstream, target)
+            try:
+                async with asyncio.timeout(deadline / 1000) as timeout:
+                    return await attempt(upstream, target)
+            except TimeoutError:
+                if not timeout.expired():
+                    raise
+            watch = self.watch
+            watch.sample(target, deadline, self._size)  # at least that long: a lower bound
+            name = target.upstream
+            watch.first_token_timeouts[name] = watch.first_token_timeouts.get(name, 0) + 1
+            self.ctx.record.first_token_timeouts += 1
+            raise FirstTokenTimeout(f"upstream {name!r} sent no first token within "
+                                    f"{deadline:.0f} ms", next_target=later)
+        return run
+
+    def _deadline(self, target: Target) -> tuple[float | None, bool]:
+        """The attempt's deadline (None: none, as for the last attempt the request can make)
+        and whether another target could take the request after this one."""
+        dispatching, targets = self._dispatching, self.targets
+        at = next(i for i, t in enumerate(targets) if t is target)
+        tries = self._tries[at] = self._tries.get(at, 0) + 1
+        later = any(dispatching.upstreams[t.upstream].enabled
+                    and dispatching.guards[t.upstream].breaker.state != State.OPEN
+                    for t in targets[at + 1:])
+        more = later or tries < self.ctx.policy.retry.max_attempts
+        if not more or dispatching.budget.tokens < 1.0:
+            return None, later
+        return self.watch.deadline_ms(self._rule, target, self._size), later
+
+    async def opening(self, response: UpstreamResponse, target: Target
+                      ) -> tuple[AsyncIterator[bytes], bytes]:
+        """Read ``response``'s stream up to and including the event that holds its first
+        text, tool-call or reasoning delta (or ends it); returns the rest of the stream,
+        watched for stalls from then on, and what was read (to be sent as one)."""
+        upstream = self._dispatching.upstreams[target.upstream]
+        api = "responses" if upstream.native_responses and self.ctx.api.name == "responses" \
+            else upstream.api
+        chunks, rule = response.iter_chunks(), self._rule
+        reader, parts = EventReader(), []
+        async for chunk in chunks:
+            parts.append(chunk)
+            for event in reader.feed(chunk):
+                kind = kind_of(api, event)
+                if kind >= CONTENT:  # the answer, or its end: an empty answer, an error
+                    if kind == CONTENT:
+                        self.watch.sample(target, (time.perf_counter() - self._started) * 1000,
+                                          self._size)
+                        if rule.stream_idle_timeout_ms or rule.min_tokens_per_s:
+                            chunks = _Watched(chunks, response, self, target, rule)
+                    return chunks, b"".join(parts)
+        return chunks, b"".join(parts)
+
+    def stalled(self, target: Target, reason: str) -> None:
+        """A stream of ``target`` stalled (``reason``: one of STALL_REASONS)."""
+        key = (target.upstream, reason)
+        self.watch.stalls[key] = self.watch.stalls.get(key, 0) + 1
+        self.ctx.record.stalled = reason
+
+
+class _Watched:
+    """The rest of an answering stream's chunks, watched for stalls under ``rule``.
+    Silence is measured only while the reader waits for the upstream (time the relay spends
+    sending to a slow client is not the upstream's), with one timer moved lazily, as the
+    read timeout's (gateway.upstreams.openai._Chunks)."""
+
+    __slots__ = ("__weakref__", "_attempts", "_deadline", "_events", "_idle_s", "_inner",
+                 "_loop", "_min_rate", "_response", "_returned", "_target", "_timer",
+                 "_wait_began", "_waited", "_waiting", "_window_s", "stalled")
+
+    def __init__(self, inner: AsyncIterator[bytes], response: UpstreamResponse,
+                 attempts: Attempts, target: Target, rule: StreamWatchRule) -> None:
+        self._inner, self._response = inner, response
+        self._attempts, self._target = attempts, target
+        self._loop = asyncio.get_running_loop()
+        self._idle_s = rule.stream_idle_timeout_ms / 1000
+        self._min_rate, self._window_s = rule.min_tokens_per_s, rule.pace_window_s
+        now = self._returned = self._loop.time()
+        self._deadline = now + self._idle_s
+        self._wait_began = self._waited = 0.0
+        self._events = 0
+        self._waiting = False
+        self._timer: asyncio.TimerHandle | None = None
+        if self._idle_s:
+            self._timer = self._loop.call_at(self._deadline, _check, weakref.ref(self))
+        #: Why the stream stalled (STALL_REASONS), once it has.
+        self.stalled: str | None = None
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.stalled is not None:
+            raise self._error()
+        now = self._loop.time()
+        self._deadline += now - self._returned  # the relay's time is no silence
+        self._wait_began, self._waiting = now, True
+        try:
+            chunk = await self._inner.__anext__()
+        except (UpstreamError, StopAsyncIteration) as exc:
+            self._stop()
+            if self.stalled is not None:
+                raise self._error() from exc
+            raise
+        finally:
+            self._waiting = False
+        now = self._returned = self._loop.time()
+        live = alive(chunk)
+        if live:
+            self._deadline = now + self._idle_s
+        if self._min_rate:
+            self._pace(now, live)
+        return chunk
+
+    def _pace(self, now: float, live: bool) -> None:
+        """Content events per second of waiting, over each ``pace_window_s`` of it."""
+        self._waited += now - self._wait_began
+        self._events += live
+        if self._waited >= self._window_s:
+            if self._events / self._waited < self._min_rate:
+                self._stall("slow")  # this chunk still goes out; the next read raises
+            self._waited, self._events = 0.0, 0
+
+    def check(self) -> None:
+        """The idle timer fired: a stall when the reader has waited past the deadline,
+        else the timer moved to it."""
+        self._timer = None
+        if self.stalled is not None or self._response.at_eof():
+            return
+        now = self._loop.time()
+        if not self._waiting:  # the relay is sending: the deadline moves at the next read
+            self._timer = self._loop.call_at(now + self._idle_s, _check, weakref.ref(self))
+        elif now >= self._deadline:
+            self._stall("idle")
+        else:
+            self._timer = self._loop.call_at(self._deadline, _check, weakref.ref(self))
+
+    def _stall(self, reason: str) -> None:
+        self.stalled = reason
+        self._stop()
+        self._attempts.stalled(self._target, reason)
+        self._response.close()  # the upstream stops; a read under way fails
+
+    def _error(self) -> UpstreamStalled:
+        name = self._target.upstream
+        if self.stalled == "slow":
+            return UpstreamStalled(f"upstream {name!r} stalled: under {self._min_rate:g} "
+                                   f"tokens/s over {self._window_s:g} s", reason="slow")
+        return UpstreamStalled(f"upstream {name!r} stalled: no event for "
+                               f"{self._idle_s * 1000:.0f} ms", reason="idle")
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _check(ref: weakref.ref[_Watched]) -> None:
+    """The idle timer's callback; a stream already dropped is left alone (the timer holds
+    it weakly: a stream the client left ends its own watch)."""
+    watched = ref()
+    if watched is not None:
+        watched.check()
+
+
+class StreamWatchCollector(Collector):
+    """``gateway_first_token_timeouts_total{upstream}`` and
+    ``gateway_stream_stalls_total{upstream,reason}``, at 0 for each configured upstream
+    (and reason) from start-up; labels only from the config (bounded)."""
+
+    def __init__(self, watch: StreamWatch, upstreams: Iterable[str]) -> None:
+        self._watch = watch
+        self._upstreams = list(upstreams)
+
+    def collect(self) -> Iterator[Metric]:
+        watch, names = self._watch, self._upstreams
+        cut = CounterMetricFamily("gateway_first_token_timeouts", "Streamed attempts cut by "
+                                  "the first-token deadline (then retried or failed over).",
+                                  labels=["upstream"])
+        for name, n in _at_zero(names, watch.first_token_timeouts).items():
+            cut.add_metric([name], n)
+        yield cut
+        stalls = CounterMetricFamily("gateway_stream_stalls", "Streams ended as stalled "
+                                     "once answering: idle (no event but pings) or slow "
+                                     "(under the minimum pace).", labels=["upstream", "reason"])
+        known = [(name, reason) for name in names for reason in STALL_REASONS]
+        for (name, reason), n in _at_zero(known, watch.stalls).items():
+            stalls.add_metric([name, reason], n)
+        yield stalls
+
+
+def _at_zero(known: Iterable[R], counts: Mapping[R, int]) -> dict[R, int]:
+    return dict.fromkeys(known, 0) | dict(counts)

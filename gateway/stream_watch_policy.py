@@ -1,0 +1,101 @@
+"""Policy ``[stream_watch]``: the first-token deadline and stall detection of streamed
+answers (issue 48, items 1 and 2; what they do: :mod:`gateway.stream_watch`).
+
+::
+
+    [stream_watch]
+    first_token_ms = 0              # a fixed deadline (ms); 0: none
+    first_token_percentile = 0.99   # the learned one: this percentile of the target's
+    first_token_factor = 3.0        #   recent first-token times, times this (0: none),
+    first_token_floor_ms = 5000     #   never under this,
+    first_token_min_samples = 50    #   once the target has this many samples
+    stream_idle_timeout_ms = 60000  # once the answer streams: longest silence (pings and
+                                    #   comments are silence); 0: none
+    min_tokens_per_s = 0            # a minimum pace over pace_window_s; 0: none
+    pace_window_s = 10
+
+    [stream_watch.models."o3-pro"]  # a public model (or a pattern as written): its own
+    first_token_factor = 0          #   values, the rest from above
+    stream_idle_timeout_ms = 0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from gateway.schema import bounded
+
+__all__ = ["StreamWatchOverride", "StreamWatchPolicy", "StreamWatchRule"]
+
+
+@dataclass(frozen=True)
+class StreamWatchRule:
+    """The values for one model (the section's, or a model's override over them)."""
+
+    #: A fixed first-token deadline (ms) from an attempt's start to its upstream's first
+    #: text, tool-call or reasoning delta; 0: none. Off by default: no one number fits
+    #: every model (a reasoning model may think for minutes, a 200k-token prompt prefills
+    #: for tens of seconds); set it per model where the answer's shape is known.
+    first_token_ms: float = bounded(0.0, ge=0.0)
+    #: The learned deadline: this percentile (0.5-1) of the target's last 256 first-token
+    #: times... Cuts at most 1% of a target's attempts whatever its tail (gateway.ttft_window).
+    first_token_percentile: float = bounded(0.99, ge=0.5, le=1.0)
+    #: ... times this factor; 0: no learned deadline. 3: hosted TTFTs are heavy-tailed (a
+    #: few percent of answers 5-10x the median), and a cut attempt's prompt is billed
+    #: twice: only attempts far past the tail are cut (about 0.1% of a lognormal's).
+    first_token_factor: float = bounded(3.0, ge=0.0)
+    #: The learned deadline is never shorter (ms): a target whose first tokens all come in
+    #: a few hundred ms is not cut by a hiccup of a second or two, which costs less than
+    #: the attempt it would start again.
+    first_token_floor_ms: float = bounded(5000.0, ge=0.0)
+    #: Samples a target needs before its learned deadline applies (a cold target is not cut
+    #: on no evidence; with 50, p99 is the slowest seen).
+    first_token_min_samples: int = bounded(50, ge=1, le=256)
+    #: Once the answer streams (its first delta arrived), the longest silence (ms) between
+    #: two upstream events, pings and comments not counting; then the stream is an upstream
+    #: failure (0: none). Half the hosted read timeout (120 s), which was the only bound
+    #: before (and none while an upstream sends pings); far above any gap mid-answer but a
+    #: reasoning model thinking between two summary parts (tens of seconds).
+    stream_idle_timeout_ms: float = bounded(60_000.0, ge=0.0)
+    #: A minimum pace once the answer streams: fewer content events (about a token each on
+    #: OpenAI-compatible servers, a few on Anthropic: an undercount, so never too strict)
+    #: per second of upstream time over ``pace_window_s`` is a stall; 0: none (default: a
+    #: slow answer is still an answer; for long answers behind a client's own timeout).
+    min_tokens_per_s: float = bounded(0.0, ge=0.0)
+    pace_window_s: float = bounded(10.0, ge=0.1)
+
+
+@dataclass(frozen=True)
+class StreamWatchOverride:
+    """A model's own values; each unset one is the section's."""
+
+    first_token_ms: float | None = bounded(None, ge=0.0)
+    first_token_percentile: float | None = bounded(None, ge=0.5, le=1.0)
+    first_token_factor: float | None = bounded(None, ge=0.0)
+    first_token_floor_ms: float | None = bounded(None, ge=0.0)
+    first_token_min_samples: int | None = bounded(None, ge=1, le=256)
+    stream_idle_timeout_ms: float | None = bounded(None, ge=0.0)
+    min_tokens_per_s: float | None = bounded(None, ge=0.0)
+    pace_window_s: float | None = bounded(None, ge=0.1)
+
+
+@dataclass(frozen=True)
+class StreamWatchPolicy(StreamWatchRule):
+    #: Public model name, or a model pattern as written (shared by the ids it serves; an
+    #: id named on its own has its own) -> its own values.
+    models: dict[str, StreamWatchOverride] = field(default_factory=dict)
+
+    def rule(self, key: str | None) -> StreamWatchRule:
+        """The values for the model keyed ``key`` (gateway.models.model_key): the section
+        itself, or the model's override over it (made once per policy snapshot)."""
+        if key is None or not self.models or (override := self.models.get(key)) is None:
+            return self
+        made: dict[str, StreamWatchRule] = self.__dict__.setdefault("_rules", {})
+        rule = made.get(key)
+        if rule is None:
+            base = StreamWatchRule(**{f.name: getattr(self, f.name)
+                                      for f in fields(StreamWatchRule)})
+            rule = made[key] = replace(base, **{
+                f.name: v for f in fields(override) if (v := getattr(override, f.name))
+                is not None})
+        return rule

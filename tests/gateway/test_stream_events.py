@@ -1,0 +1,56 @@
+"""The stream watch's reading of upstream events (gateway.stream_events): what is the answer
+beginning, what is only bookkeeping or a keep-alive, in each upstream API."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.stream_events import CONTENT, END, OPENING, PING, alive, kind_of
+
+
+@pytest.mark.parametrize(("data", "kind"), [
+    (b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', OPENING),
+    (b'{"choices":[{"index":0,"delta":{"content":"Hi"}}]}', CONTENT),
+    (b'{"choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}', CONTENT),
+    (b'{"choices":[{"index":0,"delta":{"reasoning":"hm"}}]}', CONTENT),
+    ((b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":'
+      b'{"name":"f","arguments":""}}]}}]}'), CONTENT),
+    (b'{"choices":[{"index":0,"text":"Hi"}]}', CONTENT),  # legacy completions
+    (b'{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}', END),
+    (b'{"choices":[],"usage":{"prompt_tokens":1}}', OPENING),
+    (b'{"error":{"message":"overloaded"}}', END),
+    (b"[DONE]", END),
+    (b"not json", OPENING),
+])
+def test_openai_chunks(data: bytes, kind: int) -> None:
+    assert kind_of("openai", (None, data)) == kind
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("message_start", OPENING), ("content_block_start", OPENING), ("ping", PING),
+    ("content_block_delta", CONTENT), ("message_delta", END), ("message_stop", END),
+    ("error", END),
+])
+def test_anthropic_events(name: str, kind: int) -> None:
+    assert kind_of("anthropic", (name, b'{"type": "%s"}' % name.encode())) == kind
+    assert kind_of("anthropic", (None, b'{"type": "%s"}' % name.encode())) == kind
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("response.created", OPENING), ("response.in_progress", OPENING),
+    ("response.output_item.added", OPENING), ("response.web_search_call.searching", OPENING),
+    ("response.output_text.delta", CONTENT), ("response.function_call_arguments.delta", CONTENT),
+    ("response.reasoning_summary_text.delta", CONTENT), ("response.completed", END),
+    ("response.failed", END), ("response.incomplete", END), ("error", END),
+])
+def test_responses_events(name: str, kind: int) -> None:
+    assert kind_of("responses", (name, b"{}")) == kind
+
+
+def test_pings_and_comments_are_not_alive_anything_else_is() -> None:
+    assert not alive(b'event: ping\ndata: {"type": "ping"}\n\n')
+    assert not alive(b": keepalive\n\n: OPENROUTER PROCESSING\n\n")
+    assert not alive(b'event: ping\r\ndata: {"type": "ping"}\r\n\r\n: x\r\n\r\n')
+    assert alive(b'data: {"choices":[]}\n\n')
+    assert alive(b': keepalive\n\nevent: content_block_delta\ndata: {}\n\n')
+    assert alive(b'event: ping\ndata: {"type": "ping"}\n\nevent: message_stop\ndata: {}\n\n')
