@@ -58,7 +58,7 @@ route_score        the router's score, P(strong tier needed); null without an em
 route_threshold    the score at or above which the strong tier is chosen
 route_fallback     the tier that served instead, when the chosen tier failed or shed
 route_ms           time spent deciding (embedding included when the cache had none)
-route_sticky       true when the conversation was kept on the strong tier unscored
+route_sticky       true when the conversation was kept on its tier unscored
 policy_version     the ``version`` of the policy snapshot the request was served under
 compression        the ``compress`` stage's achieved ratio (tokens before / after) when it
                    compressed, else null
