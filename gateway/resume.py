@@ -248,7 +248,7 @@ def _name_response(store: StreamStore, stream: KeptStream, events: list[bytes]) 
         if isinstance(rid, str) and _ID.fullmatch(rid):
             store.named(stream, rid)
             return
-    if len(stream.events) >= 4:  # none in its opening: it will not be named
+    if stream.count >= 4:  # none in its opening: it will not be named
         stream.response_id = ""
 
 
@@ -266,7 +266,7 @@ def _after(value: str, stream: KeptStream, param: str) -> int:
         after = int(value)
     except ValueError:
         after = -2
-    if not -1 <= after < len(stream.events):
+    if not -1 <= after < stream.count:
         raise InvalidRequest(f"{param} must be the id of an event this stream sent (an "
                              "integer from 0), or -1", param=param, code="invalid_value")
     return after

@@ -56,7 +56,7 @@ class KeptStream:
     cut: see :meth:`end`); ``readers``: clients reading it now (its first client counts
     until it leaves); ``evicted``: dropped from the store for room (readers stop)."""
 
-    __slots__ = ("_changed", "_rest", "api", "ended", "events", "evicted", "id", "nbytes",
+    __slots__ = ("_changed", "_rest", "api", "count", "ended", "events", "evicted", "id", "nbytes",
                  "readers", "response_id", "tenant")
 
     def __init__(self, id_: str, tenant: str, api: str) -> None:
@@ -64,6 +64,7 @@ class KeptStream:
         self.tenant = tenant
         self.api = api
         self.events: list[bytes] = []
+        self.count = 0  # events stamped (the next id; ``events`` holds them while kept)
         self.nbytes = 0
         self.ended = False
         self.evicted = False
@@ -75,13 +76,13 @@ class KeptStream:
 
     def stamp(self, body: bytes) -> tuple[bytes, list[bytes]]:
         """``body`` (whole events, LF line ends, as the endpoint sends them) with an id line
-        ending each event, and the events so stamped (kept by :meth:`add`). Comments and
-        blank lines pass without an id."""
+        ending each event (the next ids), and the events so stamped, for :meth:`add`.
+        Comments and blank lines pass without an id."""
         if self._rest:
             body, self._rest = self._rest + body, b""
         parts = body.split(b"\n\n")
         self._rest = parts.pop()  # b"" for whole events
-        n = len(self.events)
+        n = self.count
         out: list[bytes] = []
         new: list[bytes] = []
         for part in parts:
@@ -93,6 +94,7 @@ class KeptStream:
             event = b"%b\nid: %d\n\n" % (part, n + len(new))
             new.append(event)
             out.append(event)
+        self.count = n + len(new)
         return b"".join(out), new
 
     def add(self, events: list[bytes]) -> None:
@@ -166,13 +168,15 @@ class StreamStore:
         format, its id fresh and unguessable."""
         self._expire()
         stream = KeptStream(STREAM_ID_PREFIX + random_hex(), tenant or "", api)
-        self._put(stream)
+        self._evicted(self._streams.put(stream.tenant, stream.id, stream, 0))
         return stream
 
     def grew(self, stream: KeptStream) -> None:
-        """``stream`` holds more bytes now: its room, and evictions for it."""
+        """``stream`` holds more bytes now: its room, and evictions for it. Its place in
+        its key's order is kept: when streams grow side by side, the oldest goes first
+        (a resumed one is made recent by :meth:`find`)."""
         if not stream.evicted:
-            self._put(stream)
+            self._evicted(self._streams.resize(stream.id, stream.nbytes))
 
     def ended(self, stream: KeptStream) -> None:
         """``stream`` ended (once): it expires ``ttl_s`` from now."""
@@ -202,8 +206,8 @@ class StreamStore:
     def nbytes(self) -> int:
         return self._streams.nbytes
 
-    def _put(self, stream: KeptStream) -> None:
-        for _, gone in self._streams.put(stream.tenant, stream.id, stream, stream.nbytes):
+    def _evicted(self, evicted: list[tuple[str, KeptStream]]) -> None:
+        for _, gone in evicted:
             self._forget(gone)
             self.evicted += 1
 

@@ -197,7 +197,7 @@ def test_a_client_that_does_not_come_back_cancels_the_upstream_after_the_grace(
         make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
     gw = make_gateway(policy=RESUME.format(grace=300))
     long = {"x-fake-itl-ms": "20", "x-fake-tokens": "400"}  # 8 s if never cancelled
-    sid, read = first_leg(gw, 2, long)
+    sid, _ = first_leg(gw, 2, long)
     at_drop = fake.records[-1].chunks_sent
     rec: Record = fake.wait_for(lambda rs: rs[-1].disconnected and rs[-1], timeout=5)
     assert rec.chunks_sent > at_drop  # it streamed on through the grace period...
@@ -297,3 +297,13 @@ def test_with_resume_off_streams_are_as_before(off: GatewayServer, fake: FakeUps
     r = httpx.post(off.v1 + "/chat/completions", json=CHAT, timeout=10)
     assert "x-gateway-stream-id" not in r.headers
     assert all(i is None for i, _ in events(r.text))
+
+
+def test_streams_past_the_bytes_bound_are_evicted_oldest_first(
+        make_gateway: Callable[..., GatewayServer], fake: FakeUpstream) -> None:
+    gw = make_gateway("\n[streams]\nmax_bytes = 5000\n", policy=RESUME.format(grace=5000))
+    assert 2000 < len(whole(gw)) < 2500  # (kept too) two streams fit, three do not
+    sids = [first_leg(gw, 1)[0] for _ in range(3)]
+    fake.wait_for(lambda rs: len(rs) == 4 and all(r.finished for r in rs))
+    assert resume(gw, sids[0], None).status_code == 404
+    assert all(chat_text(resume(gw, sid, None).text) == TEXT for sid in sids[1:])
