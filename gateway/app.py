@@ -46,8 +46,7 @@ from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.response_store.endpoints import ResponseEndpoints
 from gateway.resume import ResponseStreamGet, Resumable
 from gateway.state import Gateway
-from gateway.store_config import key_share
-from gateway.stream_store import StreamStore
+from gateway.stream_redis import build_stream_store
 from gateway.types import ASGIApp, Receive, Scope, Send
 from gateway.unserved import ROOT_BODY, refused
 from gateway.upstreams.base import Upstream
@@ -141,6 +140,7 @@ def create_app(
             gw.logger.flush()
             if listener is not None:
                 await listener.aclose()
+            await streams.aclose()
             await gw.aclose()
 
     async def models(request: Request) -> Response:
@@ -239,8 +239,7 @@ def create_app(
         "/v1/responses": ModelEndpoint(gw, "chat", "/responses", RESPONSES, "/v1/responses"),
     }
     # Issue 48: the streaming endpoints' streams kept, resumable (gateway.resume).
-    streams = StreamStore(config.streams, key_share(config.streams.key_share,
-                                                    len(config.auth.keys)))
+    streams = build_stream_store(config)
     for path, api in (("/v1/chat/completions", OPENAI), ("/v1/completions", OPENAI),
                       ("/v1/messages", ANTHROPIC), ("/v1/responses", RESPONSES)):
         hot[path] = Resumable(gw, streams, hot[path], api)

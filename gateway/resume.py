@@ -39,7 +39,7 @@ from gateway.errors import GatewayError, InvalidRequest, StreamAbandoned, Stream
 from gateway.formats.apis import RESPONSES, ApiFormat
 from gateway.http import read_body, send_bytes
 from gateway.state import Gateway
-from gateway.stream_store import KeptStream, StreamStore
+from gateway.stream_store import STREAM_ID_PREFIX, KeptStream, Source, StreamStore
 from gateway.types import ASGIApp, Message, Receive, Scope, Send
 from llm_wire.asgi import ClientDisconnected, DisconnectWatch
 from llm_wire.sse import parse_event
@@ -57,6 +57,7 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # a response id worth keeping (as the store's)
+_SID = re.compile(STREAM_ID_PREFIX + "[0-9a-f]{32}")  # a stream id (anything else: 404)
 
 
 class Resumable:
@@ -88,7 +89,8 @@ class Resumable:
         try:
             tenant = self.gw.auth.check(headers)
             await read_body(receive, self.gw.config.server.max_body_bytes)
-            stream = self.store.find(tenant, name.decode("latin-1"))
+            sid = name.decode("latin-1")
+            stream = await self.store.lookup(tenant, sid) if _SID.fullmatch(sid) else None
             if stream is None or stream.api != self.api.name:
                 raise StreamNotFound(_NOT_FOUND)
             after = _last_event_id(headers, stream)
@@ -115,7 +117,9 @@ class ResponseStreamGet:
             return
         try:
             tenant = self.gw.auth.check(scope["headers"])
-            stream = self.store.find_response(tenant, scope["path_params"]["id"])
+            rid = scope["path_params"]["id"]
+            stream = await self.store.lookup_response(tenant, rid) if _ID.fullmatch(rid) \
+                else None
             if stream is None:
                 raise StreamNotFound(_NOT_FOUND)
             after = _after(query.get("starting_after", ["-1"])[-1], stream, "starting_after")
@@ -128,7 +132,7 @@ class ResponseStreamGet:
 _NOT_FOUND = "no such stream for this key (unknown, expired or no longer kept)"
 
 
-async def replay(stream: KeptStream, after: int, send: Send, receive: Receive,
+async def replay(stream: Source, after: int, send: Send, receive: Receive,
                  api: ApiFormat) -> None:
     """Send ``stream``'s events after id ``after``, then the rest as they come, then its
     end; the client holds the stream (its upstream is not cancelled) while it reads."""
@@ -139,22 +143,18 @@ async def replay(stream: KeptStream, after: int, send: Send, receive: Receive,
             await send({"type": "http.response.start", "status": 200, "headers": [
                 *_SSE_HEADERS, (STREAM_HEADER, stream.id.encode())]})
             while True:
-                events = stream.events
-                if stream.evicted:  # dropped for room under a live reader: say so
-                    outcome = "evicted"
+                try:
+                    events, ended = await stream.read(at)
+                except GatewayError as exc:  # no longer kept (evicted), the store down
+                    outcome = exc.code or "error"
                     await send({"type": "http.response.body", "more_body": False,
-                                "body": api.error_event(StreamNotFound(_NOT_FOUND))})
+                                "body": api.error_event(exc)})
                     return
-                if at < len(events):
-                    body, at = b"".join(events[at:]), len(events)
-                    await send({"type": "http.response.body", "body": body,
-                                "more_body": True})
-                elif stream.ended:
-                    await send({"type": "http.response.body", "body": b"",
-                                "more_body": False})
+                at += len(events)
+                await send({"type": "http.response.body", "body": b"".join(events),
+                            "more_body": not ended})
+                if ended:
                     return
-                else:
-                    await stream.changed()
     except ClientDisconnected:
         outcome = "left"
     finally:
@@ -252,14 +252,14 @@ def _name_response(store: StreamStore, stream: KeptStream, events: list[bytes]) 
         stream.response_id = ""
 
 
-def _last_event_id(headers: list[tuple[bytes, bytes]], stream: KeptStream) -> int:
+def _last_event_id(headers: list[tuple[bytes, bytes]], stream: Source) -> int:
     for name, value in headers:
         if name == _LAST_EVENT_ID:
             return _after(value.decode("latin-1").strip(), stream, "Last-Event-ID")
     return -1  # none read: from the start
 
 
-def _after(value: str, stream: KeptStream, param: str) -> int:
+def _after(value: str, stream: Source, param: str) -> int:
     """The id a client read last, checked against what ``stream`` sent: -1 (none) to its
     last id; else 400."""
     try:

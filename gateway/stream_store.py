@@ -20,15 +20,21 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
+from gateway.errors import StreamNotFound
 from gateway.formats.ids import random_hex
 from gateway.schema import bounded
+from gateway.store_config import checked_redis_url
 from gateway.tenant_lru import TenantLRU
 
-__all__ = ["KeptStream", "StreamStore", "StreamsConfig"]
+__all__ = ["KeptStream", "Mirror", "Remote", "StreamStore", "StreamsConfig"]
 
+#: How often (s) a live stream whose grace is over asks again whether a client reads it
+#: on another replica (:meth:`Mirror.held`).
+HELD_RECHECK_S = 0.5
 #: The prefix of a stream's id (``x-gateway-stream-id``): 32 random hex digits follow.
 STREAM_ID_PREFIX = "gws_"
 
@@ -48,6 +54,61 @@ class StreamsConfig:
     #: The share of max_bytes one gateway key's streams may hold (its own least recently
     #: used go beyond it). Unset: 1 / the number of keys (as ``cache.key_share``).
     key_share: float | None = bounded(None, ge=0.001, le=1.0)
+    #: "memory": this replica's only; "redis": copied to Redis as they go, so a client
+    #: may resume on any replica (:mod:`gateway.stream_redis`). Unset: "redis" where the
+    #: response store is (``responses.store``), else memory.
+    store: Literal["memory", "redis"] | None = None
+    #: Unset: the response store's Redis (``responses.redis_url``), else the cache's.
+    redis_url: str | None = None
+    redis_url_env: str | None = None
+    prefix: str = "gwstream:"
+
+    def __post_init__(self) -> None:
+        if self.redis_url is not None or self.redis_url_env is not None:
+            object.__setattr__(self, "redis_url",
+                               checked_redis_url(self.redis_url, self.redis_url_env))
+
+
+class Mirror(Protocol):
+    """A kept stream's copy elsewhere (another replica's reach): told each event block,
+    the end, the response id; ``drop`` when the stream is evicted; ``held``: whether a
+    client reads the copy now."""
+
+    def add(self, events: list[bytes]) -> None: ...
+
+    def end(self) -> None: ...
+
+    def named(self, response_id: str) -> None: ...
+
+    def drop(self) -> None: ...
+
+    def held(self) -> Awaitable[bool]: ...
+
+
+class Source(Protocol):
+    """A stream a client can read: a :class:`KeptStream`, or a copy in Redis."""
+
+    id: str
+    api: str
+    count: int
+
+    def attach(self) -> None: ...
+
+    def detach(self) -> None: ...
+
+    async def read(self, at: int) -> tuple[list[bytes], bool]: ...
+
+
+class Remote(Protocol):
+    """Where streams are copied (:class:`~gateway.stream_redis.RedisStreams`)."""
+
+    def mirror(self, stream: KeptStream) -> Mirror: ...
+
+    async def find(self, tenant: str, stream_id: str) -> Source | None: ...
+
+    async def find_response(self, tenant: str, response_id: str) -> Source | None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class KeptStream:
@@ -56,8 +117,8 @@ class KeptStream:
     cut: see :meth:`end`); ``readers``: clients reading it now (its first client counts
     until it leaves); ``evicted``: dropped from the store for room (readers stop)."""
 
-    __slots__ = ("_changed", "_rest", "api", "count", "ended", "events", "evicted", "id", "nbytes",
-                 "readers", "response_id", "tenant")
+    __slots__ = ("_changed", "_rest", "api", "count", "ended", "events", "evicted", "id",
+                 "mirror", "nbytes", "readers", "response_id", "tenant")
 
     def __init__(self, id_: str, tenant: str, api: str) -> None:
         self.id = id_
@@ -71,6 +132,8 @@ class KeptStream:
         self.readers = 1
         #: A Responses stream's response id, once seen (``GET /v1/responses/{id}``).
         self.response_id: str | None = None
+        #: Where the stream is copied for other replicas (Redis), if anywhere.
+        self.mirror: Mirror | None = None
         self._rest = b""
         self._changed = asyncio.Event()
 
@@ -102,6 +165,8 @@ class KeptStream:
         if not self.evicted:
             self.events += events
             self.nbytes += sum(map(len, events))
+            if self.mirror is not None:
+                self.mirror.add(events)
         self._wake()
 
     def end(self, tail: bytes = b"") -> None:
@@ -112,6 +177,8 @@ class KeptStream:
         if tail:
             self.add(self.stamp(tail)[1])
         self.ended = True
+        if self.mirror is not None:
+            self.mirror.end()
         self._wake()
 
     def attach(self) -> None:
@@ -130,6 +197,17 @@ class KeptStream:
         """Until an event is added, the stream ends or is evicted, or a reader comes or goes."""
         await self._changed.wait()
 
+    async def read(self, at: int) -> tuple[list[bytes], bool]:
+        """The events from id ``at`` on once there are any (waiting for them while the
+        stream is live), and whether the stream has ended after them; raises
+        :class:`~gateway.errors.StreamNotFound` once the stream is no longer kept."""
+        while True:
+            if self.evicted:
+                raise StreamNotFound("the stream is no longer kept")
+            if at < len(self.events) or self.ended:
+                return self.events[at:], self.ended
+            await self.changed()
+
     async def abandoned(self, grace_s: float) -> None:
         """Return once the live stream has had no reader for ``grace_s`` (s) on end; never
         once it has ended (its writer finishes by itself): the caller cancels its upstream."""
@@ -142,6 +220,9 @@ class KeptStream:
             while self.readers <= 0 and not self.ended:
                 left = deadline - loop.time()
                 if left <= 0:
+                    if self.mirror is not None and await self.mirror.held():
+                        deadline = loop.time() + HELD_RECHECK_S  # read on another replica
+                        continue
                     return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):
@@ -154,8 +235,11 @@ class StreamStore:
     ``clock``: seconds (``time.monotonic``)."""
 
     def __init__(self, config: StreamsConfig, share: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, remote: Remote | None = None
+                 ) -> None:
         self.ttl_s = config.ttl_s
+        #: Where streams are copied for other replicas (Redis), if anywhere.
+        self.remote = remote
         self._clock = clock
         self._streams: TenantLRU[KeptStream] = TenantLRU(config.max_bytes, share)
         self._expiring: deque[tuple[float, str]] = deque()  # (expiry, id), ended ones
@@ -168,6 +252,8 @@ class StreamStore:
         format, its id fresh and unguessable."""
         self._expire()
         stream = KeptStream(STREAM_ID_PREFIX + random_hex(), tenant or "", api)
+        if self.remote is not None:
+            stream.mirror = self.remote.mirror(stream)
         self._evicted(self._streams.put(stream.tenant, stream.id, stream, 0))
         return stream
 
@@ -187,6 +273,8 @@ class StreamStore:
         """``stream`` is the Responses stream of ``response_id``."""
         stream.response_id = response_id
         self._responses[(stream.tenant, response_id)] = stream.id
+        if stream.mirror is not None:
+            stream.mirror.named(response_id)
 
     def find(self, tenant: str | None, stream_id: str) -> KeptStream | None:
         """``tenant``'s stream ``stream_id``, or None: unknown, expired, evicted, or
@@ -202,6 +290,24 @@ class StreamStore:
         stream_id = self._responses.get((tenant or "", response_id))
         return None if stream_id is None else self.find(tenant, stream_id)
 
+    async def lookup(self, tenant: str | None, stream_id: str) -> Source | None:
+        """:meth:`find`, else the copy another replica made (Redis), else None."""
+        stream = self.find(tenant, stream_id)
+        if stream is None and self.remote is not None:
+            return await self.remote.find(tenant or "", stream_id)
+        return stream
+
+    async def lookup_response(self, tenant: str | None, response_id: str) -> Source | None:
+        """:meth:`find_response`, else another replica's copy (Redis), else None."""
+        stream = self.find_response(tenant, response_id)
+        if stream is None and self.remote is not None:
+            return await self.remote.find_response(tenant or "", response_id)
+        return stream
+
+    async def aclose(self) -> None:
+        if self.remote is not None:
+            await self.remote.aclose()
+
     @property
     def nbytes(self) -> int:
         return self._streams.nbytes
@@ -210,6 +316,8 @@ class StreamStore:
         for _, gone in evicted:
             self._forget(gone)
             self.evicted += 1
+            if gone.mirror is not None:  # bounded here, bounded there
+                gone.mirror.drop()
 
     def _forget(self, stream: KeptStream) -> None:
         stream.evicted = True

@@ -94,3 +94,14 @@ async def test_abandoned_waits_the_grace_only_while_no_one_reads(readers: int) -
     if readers:
         stream.detach()  # the resumed reader left too: the grace starts again
         await asyncio.wait_for(waiting, 1)
+
+
+async def test_streams_growing_side_by_side_go_oldest_first() -> None:
+    store = StreamStore(StreamsConfig(max_bytes=2048))
+    old, new = store.open("k", "openai"), store.open("k", "openai")
+    for _ in range(10):  # the older one written last each round
+        for stream in (new, old):
+            _, events = stream.stamp(EVENT)
+            stream.add(events)
+            store.grew(stream)
+    assert old.evicted and not new.evicted
