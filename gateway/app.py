@@ -37,14 +37,16 @@ from gateway.errors import (
     NotFound,
     PermissionDenied,
 )
-from gateway.formats.apis import ANTHROPIC, RESPONSES
+from gateway.formats.apis import ANTHROPIC, OPENAI, RESPONSES
 from gateway.http import send_error
 from gateway.metrics_endpoint import MetricsApp, MetricsListener, metrics_token
 from gateway.passthrough import Passthrough
 from gateway.paths import BadPath, canonical_path
 from gateway.requestlog import FLUSH_INTERVAL_S
 from gateway.response_store.endpoints import ResponseEndpoints
+from gateway.resume import ResponseStreamGet, Resumable
 from gateway.state import Gateway
+from gateway.stream_redis import build_stream_store
 from gateway.types import ASGIApp, Receive, Scope, Send
 from gateway.unserved import ROOT_BODY, refused
 from gateway.upstreams.base import Upstream
@@ -138,6 +140,7 @@ def create_app(
             gw.logger.flush()
             if listener is not None:
                 await listener.aclose()
+            await streams.aclose()
             await gw.aclose()
 
     async def models(request: Request) -> Response:
@@ -235,6 +238,11 @@ def create_app(
         "/v1/messages/count_tokens": CountTokensEndpoint(gw),
         "/v1/responses": ModelEndpoint(gw, "chat", "/responses", RESPONSES, "/v1/responses"),
     }
+    # Issue 48: the streaming endpoints' streams kept, resumable (gateway.resume).
+    streams = build_stream_store(config)
+    for path, api in (("/v1/chat/completions", OPENAI), ("/v1/completions", OPENAI),
+                      ("/v1/messages", ANTHROPIC), ("/v1/responses", RESPONSES)):
+        hot[path] = Resumable(gw, streams, hot[path], api)
     # The series the dashboard and the alert rules read, at 0 before any traffic.
     gw.metrics.start_at_zero(
         routes=hot, models=gw.models.metric_models(),
@@ -250,7 +258,8 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         *([Route("/metrics", metrics, methods=["GET"])] if listener is None else []),
         Route("/admin/cache/purge", purge, methods=["POST"]),
-        Route("/v1/responses/{id}", stored.get, methods=["GET"]),
+        Route("/v1/responses/{id}", ResponseStreamGet(gw, streams, stored.get),
+              methods=["GET"]),
         Route("/v1/responses/{id}", stored.delete, methods=["DELETE"]),
         Route("/v1/responses/{id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/responses/{id}/cancel", stored.cancel, methods=["POST"]),

@@ -22,6 +22,7 @@ from gateway.replicas.config import PoolConfig
 from gateway.schema import bounded, load_toml, parse
 from gateway.secret import SecretConfig
 from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
+from gateway.stream_store import StreamsConfig
 
 __all__ = [
     "AuthConfig",
@@ -299,6 +300,8 @@ class Config:
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     responses: ResponsesConfig = field(default_factory=ResponsesConfig)
     secret: SecretConfig = field(default_factory=SecretConfig)
+    #: Where resumable streams are kept (issue 48; gateway.stream_store).
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
     #: Set by load_config: the file, and the folder relative paths are resolved against.
     path: str = "<defaults>"
     root: str = "."
@@ -331,6 +334,7 @@ def load_config(path: str | Path) -> Config:
         rate_limits=config.rate_limits,
         responses=config.responses,
         secret=config.secret,
+        streams=config.streams,
         path=path,
         root=str(Path(path).resolve().parent),
     )

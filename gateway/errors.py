@@ -14,6 +14,8 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
      ├── PermissionDenied          403 permission_error / forbidden
      ├── ModelNotFound             404 invalid_request_error / model_not_found
      ├── NotFound                  404 invalid_request_error / not_found
+     │    └── StreamNotFound       404 invalid_request_error / stream_not_found
+     ├── StreamAbandoned           499 stream_cancelled / stream_cancelled (an event only)
      ├── UpstreamError             502 upstream_error / upstream_error
      │    ├── UpstreamUnreachable  502 upstream_error / upstream_unreachable
      │    ├── UpstreamTimeout      504 upstream_error / upstream_timeout
@@ -51,6 +53,8 @@ __all__ = [
     "RateLimited",
     "RequestTimeout",
     "RequestTooLarge",
+    "StreamAbandoned",
+    "StreamNotFound",
     "TenantLimited",
     "UpstreamError",
     "UpstreamStalled",
@@ -130,6 +134,24 @@ class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
     code = "not_found"
+
+
+# -- issue 48: resumable streams (gateway.resume) --------------------------------------------
+class StreamNotFound(NotFound):
+    """A stream to resume that this key cannot have: unknown, expired, evicted, another
+    key's (never told apart)."""
+
+    code = "stream_not_found"
+
+
+class StreamAbandoned(GatewayError):
+    """Ends a kept stream whose upstream was cancelled with no client reading it (only ever
+    an error event, for a client resuming it later)."""
+
+    status = 499
+    type = "stream_cancelled"
+    code = "stream_cancelled"
+# -- end issue 48 ------------------------------------------------------------------------------
 
 
 class UpstreamError(GatewayError):

@@ -65,6 +65,17 @@ class StreamingPolicy:
     #: A stream with no event yet (a long prefill, a queue) gets its headers and an SSE
     #: comment after this many seconds, then a comment as often (0: never): gateway.endpoint.
     keepalive_s: float = bounded(15.0, ge=0.0)
+    # -- issue 48: resumable streams (gateway.resume) --
+    #: Every SSE event sent ends with an ``id:`` line and each stream is kept (config
+    #: ``[streams]``) so a client that lost its connection can resume it. Off by default:
+    #: ids change every streamed byte clients see, and keeping streams costs memory.
+    resume: bool = False
+    #: With ``resume``: how long (ms) a stream's upstream keeps streaming with no client
+    #: reading it, for one to come back; then it is cancelled (0: at once, as without
+    #: resume). 10 s covers a proxy restart or a network change (SDKs retry within
+    #: 0.5-8 s) at a bounded cost: an abandoned stream runs on at most 10 s (a few hundred
+    #: tokens of a hosted model, 10 s of a slot in the local engine's batch).
+    resume_grace_ms: int = bounded(10_000, ge=0, le=600_000)
 
 
 @dataclass(frozen=True)

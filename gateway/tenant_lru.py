@@ -123,6 +123,30 @@ class TenantLRU(Generic[V]):
             evicted.append(self._evict(self._heaviest(tenant)))
         return evicted
 
+    def resize(self, key: str, nbytes: int) -> list[tuple[str, V]]:
+        """``key``'s value (one that grows in place: a stream being kept) now counts
+        ``nbytes``, its recency unchanged; returns what was evicted to make room, as
+        :meth:`put` does (``key``'s own value too when it is over its tenant's quota, or
+        its tenant's least recently used)."""
+        tenant = self._owner.get(key)
+        if tenant is None:
+            return []
+        held = self._tenants[tenant]
+        value, old = held.items[key]
+        if nbytes > self.quota_bytes:
+            self.pop(key)
+            return [(key, value)]
+        held.items[key] = (value, nbytes)  # (an existing key keeps its place)
+        held.nbytes += nbytes - old
+        self.nbytes += nbytes - old
+        evicted: list[tuple[str, V]] = []
+        while tenant in self._tenants and (held.nbytes > self.quota_bytes
+                                           or self._over(len(held.items), self.quota_items)):
+            evicted.append(self._evict(tenant))
+        while self.nbytes > self.max_bytes or self._over(len(self._owner), self.max_items):
+            evicted.append(self._evict(self._heaviest(tenant)))
+        return evicted
+
     @staticmethod
     def _over(n: int, bound: int | None) -> bool:
         return bound is not None and n > bound
