@@ -15,7 +15,7 @@ and renders itself as OpenAI error JSON (https://platform.openai.com/docs/guides
      ├── ModelNotFound             404 invalid_request_error / model_not_found
      ├── NotFound                  404 invalid_request_error / not_found
      │    └── StreamNotFound       404 invalid_request_error / stream_not_found
-     ├── StreamAbandoned           499 stream_cancelled / stream_cancelled (an event only)
+     ├── StreamAbandoned           499 server_error / stream_cancelled (an event only)
      ├── UpstreamError             502 upstream_error / upstream_error
      │    ├── UpstreamUnreachable  502 upstream_error / upstream_unreachable
      │    ├── UpstreamTimeout      504 upstream_error / upstream_timeout
@@ -149,7 +149,7 @@ class StreamAbandoned(GatewayError):
     an error event, for a client resuming it later)."""
 
     status = 499
-    type = "stream_cancelled"
+    type = "server_error"  # one of the error types counted from start-up (metric_labels)
     code = "stream_cancelled"
 # -- end issue 48 ------------------------------------------------------------------------------
 
