@@ -98,6 +98,8 @@ class StreamWatch:
         self.first_token_timeouts: dict[str, int] = {}
         #: (upstream, reason) -> streams ended as stalled
         self.stalls: dict[tuple[str, str], int] = {}
+        #: upstream -> its broken streams continued elsewhere (gateway.continuation)
+        self.continued: dict[str, int] = {}
 
     def attempts(self, ctx: RequestContext, targets: Sequence[Target],
                  dispatching: _Dispatching) -> Attempts:
@@ -347,6 +349,12 @@ class StreamWatchCollector(Collector):
         for (name, reason), n in _at_zero(known, watch.stalls).items():
             stalls.add_metric([name, reason], n)
         yield stalls
+        continued = CounterMetricFamily("gateway_stream_continuations", "Streams of the "
+                                        "upstream that broke once answering and were "
+                                        "continued on another attempt.", labels=["upstream"])
+        for name, n in _at_zero(names, watch.continued).items():
+            continued.add_metric([name], n)
+        yield continued
 
 
 def _at_zero(known: Iterable[R], counts: Mapping[R, int]) -> dict[R, int]:
