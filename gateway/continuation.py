@@ -48,7 +48,7 @@ from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.bridge import TranslatedStream
 from gateway.formats.translator import Translator
 from gateway.models import model_key
-from gateway.upstreams.base import UpstreamRequest, WholeResponse
+from gateway.upstreams.base import Upstream, UpstreamRequest, WholeResponse
 from llm_wire.sse import cut_events, parse_event
 
 if TYPE_CHECKING:
@@ -61,13 +61,15 @@ __all__ = ["Continuing", "client_stream", "continuing", "method_of"]
 _BLOCKING = ("tool_calls", "function_call", "reasoning_content", "reasoning")
 
 
-def method_of(policy: StreamWatchPolicy, api: str, upstream: str, model: str) -> str | None:
-    """How ``model`` on ``upstream`` (speaking ``api``) continues a text: ``"continue"``
-    (continue_final_message), ``"prefill"`` (an Anthropic assistant prefill) or None."""
-    if api == "anthropic":
+def method_of(policy: StreamWatchPolicy, upstream: Upstream, model: str) -> str | None:
+    """How ``model`` on ``upstream`` continues a text: ``"continue"``
+    (continue_final_message: the local engine, the policy's ``continue_upstreams``),
+    ``"prefill"`` (an Anthropic model of ``prefill_models``) or None."""
+    if upstream.api == "anthropic":
         return "prefill" if any(fnmatch.fnmatchcase(model, p) for p in policy.prefill_models) \
             else None
-    return "continue" if upstream in policy.continue_upstreams else None
+    return "continue" if upstream.continues_final_message \
+        or upstream.name in policy.continue_upstreams else None
 
 
 def client_stream(opened: Opened, dispatcher: Dispatcher, bodies: Outbound,
@@ -91,7 +93,7 @@ def continuing(opened: Opened, dispatcher: Dispatcher, bodies: Outbound, ctx: Re
     limit = policy.rule(key).max_continuations
     upstream = dispatcher.upstreams[target.upstream]
     if not limit or (upstream.native_responses and ctx.api.name == "responses") \
-            or method_of(policy, upstream.api, target.upstream, target.model) is None:
+            or method_of(policy, upstream, target.model) is None:
         return opened
     return Continuing(opened, _Plan(dispatcher, bodies, ctx, target, targets, limit,
                                     upstream.api, policy))
@@ -211,7 +213,7 @@ class Continuing:
             target.model in group and self._target.model in group
             for group in plan.policy.equivalent_models)
         return same and upstream.enabled and upstream.api == plan.api \
-            and method_of(plan.policy, upstream.api, target.upstream, target.model) is not None
+            and method_of(plan.policy, upstream, target.model) is not None
 
     # -- events ------------------------------------------------------------------------
 
