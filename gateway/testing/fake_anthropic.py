@@ -22,6 +22,7 @@ the field. Steering headers (as in the OpenAI fake):
 ``x-fake-cache-write``      usage.cache_creation_input_tokens (likewise)
 ``x-fake-tool``             then call the first custom tool with ``{"x": 1}`` (``agent``: tool_args)
 ``x-fake-thinking``         first a thinking block of N words, with a signature
+``x-fake-space-after``      streaming: each text delta a word and the space after it
 ``x-fake-no-system-role``   the model takes no system-role message in ``messages`` (as
                             Claude models before Opus 4.8): a 400 when one is there
 =========================  ===========================================================
@@ -118,8 +119,10 @@ def _prefill(data: dict[str, Any]) -> str:
     return text
 
 
-def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The stream of a whole ``message``: (event, body without "type"), in the API's order."""
+def _events(message: dict[str, Any], space_after: bool = False
+            ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The stream of a whole ``message``: (event, body without "type"), in the API's order;
+    ``space_after``: each text delta a word and the space after it (not before)."""
     usage = {**message["usage"], "output_tokens": 1}  # what the API knows before generating
     yield "message_start", {"message": {**message, "content": [], "stop_reason": None,
                                         "stop_sequence": None, "usage": usage}}
@@ -132,8 +135,12 @@ def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
                       for i in range(0, len(text), 4)]  # pieces, as the API sends them
         else:  # text or thinking, a word a delta
             first = {"type": kind, kind: "", **({"signature": ""} if kind == "thinking" else {})}
+            words = block[kind].split(" ")
             deltas = [{"type": f"{kind}_delta", kind: w if i == 0 else " " + w}
-                      for i, w in enumerate(block[kind].split(" ")) if w or i]
+                      for i, w in enumerate(words) if w or i]
+            if space_after and kind == "text":
+                deltas = [{"type": "text_delta", "text": w + " " * (i < len(words) - 1)}
+                          for i, w in enumerate(words)]
             if kind == "thinking":
                 deltas.append({"type": "signature_delta", "signature": block["signature"]})
         yield "content_block_start", {"index": index, "content_block": first}
@@ -204,7 +211,7 @@ class FakeAnthropic(FakeUpstream):
             *ids]})
         rec.first_byte = time.monotonic()
         delay, stalls, deltas = False, Stalls.of(headers), 0
-        for event, obj in _events(message):
+        for event, obj in _events(message, "x-fake-space-after" in headers):
             text = event == "content_block_delta" and obj["delta"]["type"] == "text_delta"
             if text and rec.chunks_sent == die_after:
                 raise ConnectionAbortedError("fake anthropic: dying mid-stream on request")

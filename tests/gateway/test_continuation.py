@@ -165,3 +165,42 @@ def test_a_request_is_continued_at_most_max_continuations_times(
     assert chat_text(events[:-1]) == "w0 w1 w2 w3 w4 w5 "  # 2 + 2 continuations of 2
     assert "error" in orjson.loads(events[-1][1])
     assert gw.logged()[0]["continued"] == 2
+
+
+def test_a_prefill_is_sent_without_its_trailing_whitespace_and_the_text_stays_whole(
+        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text so far ends in a space, which Anthropic refuses in a prefill: it is sent
+    without it, and the space the continuation repeats is not sent twice."""
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
+    app, url = claude_server
+    app.clear()
+    gw = make_gateway(upstreams(url, '"x-fake-die-after" = "3", "x-fake-space-after" = "1"',
+                                "anthropic").replace('model = "m"', 'model = "claude-3-5-haiku"'),
+                      policy=policy(""))
+    events = sse(gw.url + "/v1/messages", MESSAGES, {**AV, "x-fake-space-after": "1"})
+    text = "".join(orjson.loads(d)["delta"]["text"] for n, d in events
+                   if n == "content_block_delta")
+    assert text == TOKS and events[-1][0] == "message_stop"
+    resent = next(r for r in app.records if r.json and r.json["messages"][-1]["role"]
+                  == "assistant").json
+    assert resent["messages"][-1]["content"] == "tok0 tok1 tok2"
+
+
+def test_a_stream_is_continued_on_the_same_model_only_unless_listed_as_equivalent(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """The other target serves another model: the cut target itself continues (twice);
+    once the policy lists both models as equivalent, the other one does."""
+    config = upstreams(fake_server.url, '"x-fake-die-after" = "3"')
+    config = config.replace('upstream = "quick", model = "m"', 'upstream = "quick", model = "n"')
+    gw = make_gateway(config, policy=policy(CONTINUE))
+    events = sse(gw.v1 + "/chat/completions", CHAT)
+    assert chat_text(events) == WORDS and events[-1][1] == "[DONE]"
+    log = gw.logged()[0]
+    assert log["continued"] == 2 and log["upstream"] == "slow"
+    assert not [r for r in fake.records if r.path.startswith("/quick")]
+    gw = make_gateway(config, policy=policy(CONTINUE + '\nequivalent_models = [["m", "n"]]'))
+    events = sse(gw.v1 + "/chat/completions", CHAT)
+    assert chat_text(events) == WORDS
+    assert gw.logged()[0]["continued"] == 1 and gw.logged()[0]["upstream"] == "quick"
