@@ -58,7 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Continuing", "client_stream", "continuing", "method_of"]
 
-_BLOCKING = ("tool_calls", "function_call", "reasoning_content", "reasoning")
+_BLOCKING = ("tool_calls", "function_call", "reasoning_content", "reasoning", "refusal")
+_CONTINUED_PATHS = ("/chat/completions", "/messages")  # not legacy completions
 
 
 def method_of(policy: StreamWatchPolicy, upstream: Upstream, model: str) -> str | None:
@@ -93,7 +94,8 @@ def continuing(opened: Opened, dispatcher: Dispatcher, bodies: Outbound, ctx: Re
     limit = policy.rule(key).max_continuations
     upstream = dispatcher.upstreams[target.upstream]
     if not limit or (upstream.native_responses and ctx.api.name == "responses") \
-            or method_of(policy, upstream, target.model) is None:
+            or method_of(policy, upstream, target.model) is None \
+            or not bodies.request(target).path.endswith(_CONTINUED_PATHS):
         return opened
     return Continuing(opened, _Plan(dispatcher, bodies, ctx, target, targets, limit,
                                     upstream.api, policy))
@@ -177,8 +179,10 @@ class Continuing:
             raise failure
         candidates = [t for t in (*[t for t in plan.targets if t is not self._target],
                                   self._target) if self._can(t)]
-        if not candidates or not dispatcher.budget.withdraw():
-            raise failure
+        method = "prefill" if plan.api == "anthropic" else "continue"
+        text = self.text.rstrip() if method == "prefill" else self.text
+        if not text or not candidates or not dispatcher.budget.withdraw():
+            raise failure  # (only whitespace so far: no prefill to give)
         self._current.close(True)
         cut = self._target.upstream
         counts = dispatcher.watch.continued
@@ -187,8 +191,6 @@ class Continuing:
         ctx.record.continued += 1
         self._spent.append((self._attempt_prompt, self._events))
         self._attempt_prompt, self._events = None, 0
-        method = "prefill" if plan.api == "anthropic" else "continue"
-        text = self.text.rstrip() if method == "prefill" else self.text
         self._skip_ws = self.text[len(text):]
         spent = sum(c for _, c in self._spent)
         try:

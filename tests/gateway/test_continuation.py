@@ -6,6 +6,7 @@ model not marked, a tool call cut), the stream ends with the protocol's error ev
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import openai
 import orjson
 import pytest
 
+from gateway.stream_watch_policy import PREFILL_MODELS
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.conftest import GatewayServer
@@ -204,3 +206,13 @@ def test_a_stream_is_continued_on_the_same_model_only_unless_listed_as_equivalen
     events = sse(gw.v1 + "/chat/completions", CHAT)
     assert chat_text(events) == WORDS
     assert gw.logged()[0]["continued"] == 1 and gw.logged()[0]["upstream"] == "quick"
+
+
+@pytest.mark.parametrize(("model", "prefill"), [
+    ("claude-3-5-haiku-20241022", True), ("claude-3-7-sonnet-latest", True),
+    ("claude-sonnet-4-20250514", True), ("claude-opus-4-1-20250805", True),
+    ("claude-opus-4-1", True), ("claude-sonnet-4-5-20250929", True), ("claude-haiku-4-5", True),
+    ("claude-opus-4-6", False), ("claude-sonnet-4-6-20260101", False), ("claude-opus-5", False),
+    ("gpt-4o", False)])
+def test_the_default_prefill_models_are_claude_3_to_4_5(model: str, prefill: bool) -> None:
+    assert any(fnmatch.fnmatchcase(model, p) for p in PREFILL_MODELS) is prefill
