@@ -37,19 +37,19 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from gateway.concurrency import Shed
 from gateway.config import Target
 from gateway.context import RequestContext, Stream
+from gateway.continued_text import Transcript
 from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.bridge import TranslatedStream
 from gateway.formats.translator import Translator
 from gateway.models import model_key
 from gateway.upstreams.base import Upstream, UpstreamRequest, WholeResponse
-from llm_wire.sse import cut_events, parse_event
 
 if TYPE_CHECKING:
     from gateway.dispatch import Dispatcher, Opened
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Continuing", "client_stream", "continuing", "method_of"]
 
-_BLOCKING = ("tool_calls", "function_call", "reasoning_content", "reasoning", "refusal")
 _CONTINUED_PATHS = ("/chat/completions", "/messages")  # not legacy completions
 
 
@@ -113,30 +112,15 @@ class _Plan:
     policy: StreamWatchPolicy
 
 
-class _Broken(Exception):
-    """An in-band error event: the attempt failed (its event is not relayed)."""
-
-
 class Continuing:
     """An answering stream (the :class:`~gateway.context.Stream` protocol) that, on a
     failure, continues on another attempt and relays only what follows (module doc)."""
 
     def __init__(self, opened: Opened, plan: _Plan) -> None:
         self._plan, self._current, self._target = plan, opened, plan.target
-        self._rest = b""
-        self.text = ""  # the answer's text the client has had
-        self.blocked: str | None = None  # why it cannot be continued
-        self.ended = self.finished = False
         self.continued = 0
-        self._id: Any = None  # the first attempt's chunk id
-        self._spent: list[tuple[int | None, int]] = []  # (prompt, completion) of cut attempts
-        self._attempt_prompt: int | None = None
-        self._events = 0  # content events of the current attempt
-        self._follow = False  # relaying a continuation
-        self._skip_ws = ""  # whitespace held back from a prefill, to drop once repeated
-        self._offset, self._drop_start, self._open = 0, False, -1
-        self._blocks = 0  # Anthropic content blocks the client has had
-        self.first, self._failure = self._taken(opened.first)
+        self._said = said = Transcript(plan.api)
+        self.first, self._failure = said.taken(opened.first)
         self.chunks: AsyncIterator[bytes] = self._chunks()
 
     async def _chunks(self) -> AsyncIterator[bytes]:
@@ -150,37 +134,29 @@ class Continuing:
             try:
                 chunk = await self._current.chunks.__anext__()
             except StopAsyncIteration:
-                if self.ended:
+                if self._said.ended:
                     return
                 failure = UpstreamError("the upstream ended the stream before its end event")
             except UpstreamError as exc:
                 failure = exc
             else:
-                out, failure = self._taken(chunk)
+                out, failure = self._said.taken(chunk)
                 if out:
                     yield out
-
-    def _taken(self, chunk: bytes) -> tuple[bytes, UpstreamError | None]:
-        """What of ``chunk`` goes out, and the in-band error event that failed it, if any."""
-        try:
-            return self._feed(chunk), None
-        except _Broken as exc:
-            self._rest = b""
-            return exc.args[0], UpstreamError("the upstream sent an error event mid-stream")
 
     async def _continue(self, failure: UpstreamError
                         ) -> tuple[bytes, UpstreamError | None]:
         """The next attempt, its opening read (what of it goes to the client returned, and
         its own failure if any); raises ``failure`` where no continuation can follow."""
-        plan = self._plan
+        plan, said = self._plan, self._said
         dispatcher, ctx = plan.dispatcher, plan.ctx
-        if self.blocked or self.finished or not self.text or self.continued >= plan.limit \
+        if said.blocked or said.finished or not said.text or self.continued >= plan.limit \
                 or (plan.api == "anthropic" and _thinking(plan.bodies.request(self._target))):
             raise failure
         candidates = [t for t in (*[t for t in plan.targets if t is not self._target],
                                   self._target) if self._can(t)]
         method = "prefill" if plan.api == "anthropic" else "continue"
-        text = self.text.rstrip() if method == "prefill" else self.text
+        text = said.text.rstrip() if method == "prefill" else said.text
         if not text or not candidates or not dispatcher.budget.withdraw():
             raise failure  # (only whitespace so far: no prefill to give)
         self._current.close(True)
@@ -189,10 +165,7 @@ class Continuing:
         counts[cut] = counts.get(cut, 0) + 1
         self.continued += 1
         ctx.record.continued += 1
-        self._spent.append((self._attempt_prompt, self._events))
-        self._attempt_prompt, self._events = None, 0
-        self._skip_ws = self.text[len(text):]
-        spent = sum(c for _, c in self._spent)
+        spent = said.cut(said.text[len(text):])
         try:
             target, result = await dispatcher.stream(
                 candidates, lambda t: _resent(plan.bodies.request(t), method, text, spent),
@@ -201,12 +174,9 @@ class Continuing:
             raise failure from exc
         if isinstance(result, WholeResponse):  # refused with a status
             raise failure
-        self._current, self._target, self._follow = result, target, True
-        if plan.api == "anthropic":  # the open text block goes on; a closed one is followed
-            self._drop_start = self._open >= 0
-            self._offset = self._open if self._open >= 0 else self._blocks
-        self._rest = b""
-        return self._taken(result.first)
+        self._current, self._target = result, target
+        said.follow()
+        return said.taken(result.first)
 
     def _can(self, target: Target) -> bool:
         plan = self._plan
@@ -217,154 +187,6 @@ class Continuing:
         return same and upstream.enabled and upstream.api == plan.api \
             and method_of(plan.policy, upstream, target.model) is not None
 
-    # -- events ------------------------------------------------------------------------
-
-    def _feed(self, chunk: bytes) -> bytes:
-        """``chunk``'s whole events as they go to the client (the rest kept for the next);
-        raises _Broken (with what goes out before it) on an error event."""
-        block, self._rest = cut_events(self._rest + chunk)
-        if not block:
-            return b""
-        out = []
-        for raw in block[:-2].split(b"\n\n"):
-            name, data = parse_event(raw)
-            if not data and name is None:
-                out.append(raw + b"\n\n")  # a comment
-                continue
-            try:
-                kept = self._anthropic(name, data, raw) if self._plan.api == "anthropic" \
-                    else self._openai(data, raw)
-            except _Broken:
-                raise _Broken(b"".join(out)) from None
-            if kept is not None:
-                out.append(kept + b"\n\n")
-        return b"".join(out)
-
-    def _openai(self, data: bytes, raw: bytes) -> bytes | None:
-        if data == b"[DONE]":
-            self.ended = True
-            return raw
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return raw
-        if not isinstance(obj, dict):
-            return raw
-        if "error" in obj:
-            raise _Broken
-        if self._id is None:
-            self._id = obj.get("id")
-        changed = False
-        for choice in obj.get("choices") or ():
-            if not isinstance(choice, dict):
-                continue
-            delta = choice.get("delta")
-            if choice.get("index", 0) != 0:
-                self.blocked = "choices"
-            if choice.get("finish_reason") is not None:
-                self.finished = True
-            if not isinstance(delta, dict):
-                continue
-            if any(delta.get(k) for k in _BLOCKING):
-                self.blocked = self.blocked or "tool_call_or_reasoning"
-            if self._follow and "role" in delta:
-                del delta["role"]
-                changed = True
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                if self._skip_ws:
-                    delta["content"] = content = self._skip(content)
-                    changed = True
-                self.text += content
-                self._events += 1
-        if not self._follow:
-            return raw
-        if (choices := obj.get("choices")) and not obj.get("usage") and all(
-                isinstance(c, dict) and c.get("finish_reason") is None
-                and not any((c.get("delta") or {}).values()) for c in choices):
-            return None  # the continuation's role chunk
-        if obj.get("id") != self._id:
-            obj["id"], changed = self._id, True
-        usage = obj.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            self._sum_openai(usage)
-            changed = True
-        return b"data: " + orjson.dumps(obj) if changed else raw
-
-    def _sum_openai(self, usage: dict[str, Any]) -> None:
-        now, completion = usage["prompt_tokens"], int(usage.get("completion_tokens") or 0)
-        before = sum(c for _, c in self._spent)
-        base, prompts, so_far = max(now - before, 0), 0, 0
-        for prompt, spent in self._spent:  # each cut attempt's prompt: the first's + text
-            prompts += prompt if prompt is not None else base + so_far
-            so_far += spent
-        usage["prompt_tokens"] = now + prompts
-        usage["completion_tokens"] = completion + before
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-
-    def _anthropic(self, name: str | None, data: bytes, raw: bytes) -> bytes | None:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return raw
-        kind = name or (obj.get("type") if isinstance(obj, dict) else None)
-        if not isinstance(obj, dict) or kind in ("ping", None):
-            return raw
-        if kind == "error":
-            raise _Broken
-        if kind == "message_start":
-            usage = (obj.get("message") or {}).get("usage") or {}
-            if isinstance(usage.get("input_tokens"), int):
-                self._attempt_prompt = usage["input_tokens"]
-            return None if self._follow else raw
-        if kind == "message_stop":
-            self.ended = True
-            return raw
-        if kind == "message_delta":
-            self.finished = True
-            usage = obj.get("usage")
-            if self._follow and isinstance(usage, dict):
-                usage["output_tokens"] = int(usage.get("output_tokens") or 0) + sum(
-                    c for _, c in self._spent)
-                now = self._attempt_prompt or 0
-                usage["input_tokens"] = now + sum(p or 0 for p, _ in self._spent)
-                return _event(kind, obj)
-            return raw
-        index = obj.get("index")
-        if not isinstance(index, int):
-            return raw
-        if kind == "content_block_start":
-            block = obj.get("content_block") or {}
-            if block.get("type") != "text":
-                self.blocked = self.blocked or "tool_use_or_thinking"
-            if self._follow and self._drop_start and index == 0:
-                return None
-            self._open = index + self._offset if self._follow else index
-            self._blocks = max(self._blocks, self._open + 1)
-        elif kind == "content_block_stop":
-            self._open = -1
-        elif kind == "content_block_delta":
-            delta = obj.get("delta") or {}
-            if delta.get("type") != "text_delta":
-                self.blocked = self.blocked or "tool_use_or_thinking"
-            elif isinstance(text := delta.get("text"), str):
-                if self._skip_ws:
-                    delta["text"] = text = self._skip(text)
-                self.text += text
-                self._events += 1
-        if self._follow:
-            obj["index"] = index + self._offset
-            return _event(kind, obj)
-        return raw
-
-    def _skip(self, text: str) -> str:
-        """``text`` without the start that repeats the whitespace held back from a prefill."""
-        ws, n = self._skip_ws, 0
-        while n < len(ws) and n < len(text) and text[n] == ws[n]:
-            n += 1
-        self._skip_ws = ws[n:] if n == len(text) else ""
-        return text[n:]
-
     # -- the Stream protocol ---------------------------------------------------------------
 
     async def finish(self) -> None:
@@ -372,10 +194,6 @@ class Continuing:
 
     def close(self, failed: bool = False) -> None:
         self._current.close(failed)
-
-
-def _event(name: str, obj: dict[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(obj)
 
 
 def _thinking(request: UpstreamRequest) -> bool:

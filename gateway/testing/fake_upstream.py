@@ -33,11 +33,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             (or the client has left): an upstream as slow as a test needs
 =========================  =========================================================
 
-A chat request with ``continue_final_message: true`` whose last message is an assistant's
-text that the answer begins with is answered with the rest of the answer only (as vLLM and
-SGLang continue a final assistant message): a continuation-capable target. Without the
-flag the answer starts anew, as a server that ignores it.
-
+Continuing a final assistant message (``continue_final_message``): :mod:`.fake_continue`.
 Late first tokens and stalls: :mod:`gateway.testing.fake_stalls` (``x-fake-first-token-ms``,
 ``x-fake-stall-after``, ``x-fake-stall-ms``, ``x-fake-ping-ms``), in every fake.
 
@@ -66,6 +62,7 @@ from typing import Any
 import orjson
 
 from gateway.testing.cache_sim import CacheSims, PromptUsage
+from gateway.testing.fake_continue import continued
 from gateway.testing.fake_responses import FakeResponses, schema_of, text_pieces, wait_or_left
 from gateway.testing.fake_stalls import COMMENT_PING, Stalls
 from gateway.testing.tool_args import chat_tool_call as _tool_call
@@ -335,24 +332,6 @@ class FakeUpstream:
         if tail:  # the body ends a while after its last event
             await asyncio.sleep(tail)
             await send({"type": "http.response.body", "body": b""})
-
-
-def continued(pieces: list[str], data: dict[str, Any]) -> list[str]:
-    """``pieces`` after the text of a final assistant message to continue (module doc)."""
-    messages = data.get("messages")
-    last = messages[-1] if isinstance(messages, list) and messages else None
-    if not (data.get("continue_final_message") and isinstance(last, dict)
-            and last.get("role") == "assistant" and isinstance(last.get("content"), str)):
-        return pieces
-    prefix = last["content"]
-    if not "".join(pieces).startswith(prefix):
-        return pieces
-    out, at = [], 0
-    for piece in pieces:
-        if at + len(piece) > len(prefix):
-            out.append(piece[max(len(prefix) - at, 0):])
-        at += len(piece)
-    return out
 
 
 def _event(obj: dict[str, Any]) -> dict[str, Any]:

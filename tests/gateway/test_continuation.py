@@ -216,3 +216,31 @@ def test_a_stream_is_continued_on_the_same_model_only_unless_listed_as_equivalen
     ("gpt-4o", False)])
 def test_the_default_prefill_models_are_claude_3_to_4_5(model: str, prefill: bool) -> None:
     assert any(fnmatch.fnmatchcase(model, p) for p in PREFILL_MODELS) is prefill
+
+
+def test_an_anthropic_client_on_a_continuable_openai_compatible_target_reads_one_answer(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    gw = gateway(make_gateway, fake_server.url, '"x-fake-die-after" = "3"')
+    events = sse(gw.url + "/v1/messages", MESSAGES, AV)
+    names = [n for n, _ in events]
+    assert names.count("message_start") == 1 and names[-1] == "message_stop"
+    text = "".join(orjson.loads(d)["delta"].get("text", "") for n, d in events
+                   if n == "content_block_delta")
+    assert text == WORDS and gw.logged()[0]["continued"] == 1
+
+
+def test_a_stream_cut_in_its_thinking_ends_with_an_error_event(
+        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
+    app, url = claude_server
+    app.clear()
+    gw = make_gateway(upstreams(url, '"x-fake-thinking" = "4", "x-fake-stall-after" = "2", '
+                                '"x-fake-ping-ms" = "20"', "anthropic").replace(
+        'model = "m"', 'model = "claude-sonnet-4-5"'),
+        policy=policy("stream_idle_timeout_ms = 150"))
+    events = sse(gw.url + "/v1/messages", MESSAGES, AV)
+    names = [n for n, _ in events]
+    assert names[-1] == "error" and "message_stop" not in names
+    assert gw.logged()[0]["continued"] == 0 and gw.logged()[0]["stalled"] == "idle"
