@@ -151,7 +151,7 @@ class Continuing:
         plan, said = self._plan, self._said
         dispatcher, ctx = plan.dispatcher, plan.ctx
         if said.blocked or said.finished or not said.text or self.continued >= plan.limit \
-                or (plan.api == "anthropic" and _thinking(plan.bodies.request(self._target))):
+                or _not_continuable(plan.bodies.request(self._target)):
             raise failure
         candidates = [t for t in (*[t for t in plan.targets if t is not self._target],
                                   self._target) if self._can(t)]
@@ -196,10 +196,17 @@ class Continuing:
         self._current.close(failed)
 
 
-def _thinking(request: UpstreamRequest) -> bool:
-    """Whether an Anthropic request has extended thinking on (then no prefill)."""
-    thinking = orjson.loads(request.body).get("thinking")
-    return isinstance(thinking, dict) and thinking.get("type") != "disabled"
+def _not_continuable(request: UpstreamRequest) -> bool:
+    """Whether ``request`` rules a continuation out: Anthropic's extended thinking (no
+    prefill with it), or an output constrained from its start (a JSON schema or mode,
+    vLLM's guided decoding, Anthropic's structured outputs), which a continuation would
+    apply to the rest alone."""
+    body = orjson.loads(request.body)
+    thinking, fmt = body.get("thinking"), body.get("response_format")
+    return (isinstance(thinking, dict) and thinking.get("type") != "disabled") \
+        or (isinstance(fmt, dict) and fmt.get("type") not in (None, "text")) \
+        or bool((body.get("output_config") or {}).get("format")) \
+        or any(k.startswith("guided_") or k == "structured_outputs" for k in body)
 
 
 def _resent(request: UpstreamRequest, method: str, text: str, spent: int) -> UpstreamRequest:
@@ -208,7 +215,8 @@ def _resent(request: UpstreamRequest, method: str, text: str, spent: int) -> Ups
     body = orjson.loads(request.body)
     messages = list(body.get("messages") or [])
     last = messages[-1] if messages else None
-    if isinstance(last, dict) and last.get("role") == "assistant" \
+    prefilled = method == "prefill" or body.get("continue_final_message") is True
+    if prefilled and isinstance(last, dict) and last.get("role") == "assistant" \
             and isinstance(last.get("content"), str):  # the client's own prefill, extended
         messages[-1] = {**last, "content": last["content"] + text}
     else:

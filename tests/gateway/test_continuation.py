@@ -244,3 +244,15 @@ def test_a_stream_cut_in_its_thinking_ends_with_an_error_event(
     names = [n for n, _ in events]
     assert names[-1] == "error" and "message_stop" not in names
     assert gw.logged()[0]["continued"] == 0 and gw.logged()[0]["stalled"] == "idle"
+
+
+def test_a_stream_under_a_json_schema_is_not_continued(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """A schema constrains the output from its start: a continuation would apply it to the
+    rest alone, so the cut stream ends with an error event."""
+    gw = gateway(make_gateway, fake_server.url, '"x-fake-die-after" = "3"')
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string"}}}}}
+    events = sse(gw.v1 + "/chat/completions", {**CHAT, "response_format": schema})
+    assert "error" in orjson.loads(events[-1][1]) and gw.logged()[0]["continued"] == 0
