@@ -35,9 +35,9 @@ continuation. Counted in the log's ``continued`` and
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -52,13 +52,30 @@ from gateway.models import model_key
 from gateway.upstreams.base import Upstream, UpstreamRequest, WholeResponse
 
 if TYPE_CHECKING:
-    from gateway.dispatch import Dispatcher, Opened
     from gateway.outbound import Outbound
+    from gateway.retry_budget import RetryBudget
+    from gateway.stream_watch import StreamWatch
     from gateway.stream_watch_policy import StreamWatchPolicy
 
 __all__ = ["Continuing", "client_stream", "continuing", "method_of"]
 
 _CONTINUED_PATHS = ("/chat/completions", "/messages")  # not legacy completions
+
+
+class Dispatcher(Protocol):
+    """What a continuation uses of the dispatcher (gateway.dispatch.Dispatcher)."""
+
+    upstreams: dict[str, Upstream]
+    budget: RetryBudget
+    watch: StreamWatch
+
+    def stream(self, targets: Sequence[Target], build: Callable[[Target], UpstreamRequest],
+               ctx: RequestContext, head: Callable[[str], bytes] | None = None,
+               ) -> Awaitable[tuple[Target, WholeResponse | Opened]]: ...
+
+
+class Opened(Stream, Protocol):
+    """An upstream's answering stream (gateway.dispatch.Opened)."""
 
 
 def method_of(policy: StreamWatchPolicy, upstream: Upstream, model: str) -> str | None:
