@@ -167,13 +167,14 @@ class Continuing:
         its own failure if any); raises ``failure`` where no continuation can follow."""
         plan, said = self._plan, self._said
         dispatcher, ctx = plan.dispatcher, plan.ctx
-        if said.blocked or said.finished or not said.text or self.continued >= plan.limit \
+        if said.blocked or said.finished or self.continued >= plan.limit \
                 or _not_continuable(plan.bodies.request(self._target)):
             raise failure
         candidates = [t for t in (*[t for t in plan.targets if t is not self._target],
                                   self._target) if self._can(t)]
         method = "prefill" if plan.api == "anthropic" else "continue"
-        text = said.text.rstrip() if method == "prefill" else said.text
+        said_text = said.text
+        text = said_text.rstrip() if method == "prefill" else said_text
         if not text or not candidates or not dispatcher.budget.withdraw():
             raise failure  # (only whitespace so far: no prefill to give)
         self._current.close(True)
@@ -182,7 +183,7 @@ class Continuing:
         counts[cut] = counts.get(cut, 0) + 1
         self.continued += 1
         ctx.record.continued += 1
-        spent = said.cut(said.text[len(text):])
+        spent = said.cut(said_text[len(text):])
         try:
             target, result = await dispatcher.stream(
                 candidates, lambda t: _resent(plan.bodies.request(t), method, text, spent),

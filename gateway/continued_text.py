@@ -37,7 +37,7 @@ class Transcript:
     def __init__(self, api: str) -> None:
         self._api = api
         self._rest = b""
-        self.text = ""  # the answer's text the client has had
+        self._parts: list[str] = []  # the answer's text the client has had
         self.blocked: str | None = None  # why it cannot be continued
         self.ended = self.finished = False
         self._id: Any = None  # the first attempt's chunk id
@@ -48,6 +48,11 @@ class Transcript:
         self._skip_ws = ""  # whitespace held back from a prefill, to drop once repeated
         self._offset, self._drop_start, self._open = 0, False, -1
         self._blocks = 0  # Anthropic content blocks the client has had
+
+    @property
+    def text(self) -> str:
+        """The answer's text the client has had (joined when asked: at a failure)."""
+        return "".join(self._parts)
 
     def taken(self, chunk: bytes) -> tuple[bytes, UpstreamError | None]:
         """What of ``chunk`` goes to the client (whole events; the rest kept for the next),
@@ -129,7 +134,7 @@ class Transcript:
                 if self._skip_ws:
                     delta["content"] = content = self._skip(content)
                     changed = True
-                self.text += content
+                self._parts.append(content)
                 self._events += 1
         if not self._follow:
             return raw
@@ -204,7 +209,7 @@ class Transcript:
             elif isinstance(text := delta.get("text"), str):
                 if self._skip_ws:
                     delta["text"] = text = self._skip(text)
-                self.text += text
+                self._parts.append(text)
                 self._events += 1
         if self._follow:
             obj["index"] = index + self._offset
