@@ -29,8 +29,8 @@ comments for ``stream_idle_timeout_ms`` (time the relay spends sending to a slow
 does not count), or fewer content events a second than ``min_tokens_per_s`` over
 ``pace_window_s``, closes the upstream's response and raises
 :class:`~gateway.errors.UpstreamStalled` where the stream is read: the relay ends the
-client's stream with it as an error event in the client's format, never a clean end (a
-continuation would hook in there). Silence before the first delta is the deadline's (a
+client's stream with it as an error event in the client's format, never a clean end
+(unless :mod:`gateway.continuation` continues it where the target can). Silence before the first delta is the deadline's (a
 reasoning model may think silently for minutes after ``response.created``).
 
 Counted in the log line (``first_token_timeouts``, ``stalled``) and in
