@@ -44,9 +44,9 @@ from gateway.balance import arrange
 from gateway.breaker import Breaker
 from gateway.concurrency import Shed, Slot
 from gateway.config import Target
-from gateway.context import Reply, RequestContext, Stream
+from gateway.context import Reply, RequestContext
+from gateway.continuation import client_stream
 from gateway.errors import FirstTokenTimeout, NoUpstreamAvailable, UpstreamError, UpstreamTimeout
-from gateway.formats.bridge import Bridge, TranslatedStream
 from gateway.formats.translator import Translator
 from gateway.guard import Guard
 from gateway.hedge import HedgeBudget, race
@@ -318,14 +318,14 @@ class Dispatch:
             target, opened = await self._hedged(targets, bodies, ctx, hedge_ms / 1000, early)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
-                return self._stream_reply(opened, crossing, bodies, ctx, early)
+                return self._stream_reply(opened, target, targets, bodies, ctx, early)
             response = opened
         elif ctx.stream:
             target, opened = await dispatcher.stream(targets, build, ctx,
                                                      None if early is None else early.head)
             crossing = bodies.crossing(target)
             if isinstance(opened, Opened):
-                return self._stream_reply(opened, crossing, bodies, ctx, early)
+                return self._stream_reply(opened, target, targets, bodies, ctx, early)
             response = opened  # the upstream refused with a status: pass it on
         else:
             target, response = await dispatcher.unary(targets, build, ctx)
@@ -347,12 +347,10 @@ class Dispatch:
             ctx.record.error_type = inner["type"]  # the log says what the client reads
         return Reply(status, headers, jsonio.dumps(error), json=error)
 
-    @staticmethod
-    def _stream_reply(opened: Opened, crossing: Bridge | None, bodies: Outbound,
-                      ctx: RequestContext, early: Translator | None) -> Reply:
+    def _stream_reply(self, opened: Opened, target: Target, targets: Sequence[Target],
+                      bodies: Outbound, ctx: RequestContext, early: Translator | None) -> Reply:
         headers = _stream_headers(opened.response.headers)
-        stream: Stream = opened if crossing is None else \
-            TranslatedStream(opened, early or crossing.stream(ctx.body))
+        stream = client_stream(opened, self.dispatcher, bodies, ctx, target, targets, early)
         return Reply(200, headers, stream=stream, hide_usage=bodies.hide_usage)
 
     async def _hedged(self, targets: Sequence[Target], bodies: Outbound, ctx: RequestContext,

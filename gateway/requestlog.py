@@ -93,6 +93,8 @@ first_token_timeouts
 stalled            the stream stalled once answering (gateway.stream_watch): ``idle`` (no
                    event but pings for ``stream_idle_timeout_ms``) or ``slow`` (under
                    ``min_tokens_per_s``); it ended with an error event; else null
+continued          times the stream was continued on another attempt after it broke,
+                   stalled or sent an error event once answering (gateway.continuation); 0
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
@@ -132,7 +134,7 @@ FIELDS = (
     "cache_write_tokens", "prompt_cache_breakpoints", "prompt_cache_moved", "tokens_before",
     "tokens_after", "compress_ms", "compress_skip", "rate_limit", "rate_limited", "late_hit",
     "compress_fine", "coalesced", "hedged", "path", "dropped_tools",
-    "first_token_timeouts", "stalled",  # issue 48: gateway.stream_watch
+    "first_token_timeouts", "stalled", "continued",  # issue 48: gateway.stream_watch
 )
 
 
@@ -222,6 +224,7 @@ class RequestRecord:
     dropped_tools: list[str] | None = None
     first_token_timeouts: int = 0
     stalled: str | None = None
+    continued: int = 0
     shed: str | None = None
     retries: int = 0
     cancelled: bool = False

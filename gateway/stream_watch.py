@@ -29,8 +29,8 @@ comments for ``stream_idle_timeout_ms`` (time the relay spends sending to a slow
 does not count), or fewer content events a second than ``min_tokens_per_s`` over
 ``pace_window_s``, closes the upstream's response and raises
 :class:`~gateway.errors.UpstreamStalled` where the stream is read: the relay ends the
-client's stream with it as an error event in the client's format, never a clean end (a
-continuation would hook in there). Silence before the first delta is the deadline's (a
+client's stream with it as an error event in the client's format, never a clean end
+(unless :mod:`gateway.continuation` continues it where the target can). Silence before the first delta is the deadline's (a
 reasoning model may think silently for minutes after ``response.created``).
 
 Counted in the log line (``first_token_timeouts``, ``stalled``) and in
@@ -98,6 +98,8 @@ class StreamWatch:
         self.first_token_timeouts: dict[str, int] = {}
         #: (upstream, reason) -> streams ended as stalled
         self.stalls: dict[tuple[str, str], int] = {}
+        #: upstream -> its broken streams continued elsewhere (gateway.continuation)
+        self.continued: dict[str, int] = {}
 
     def attempts(self, ctx: RequestContext, targets: Sequence[Target],
                  dispatching: _Dispatching) -> Attempts:
@@ -347,6 +349,12 @@ class StreamWatchCollector(Collector):
         for (name, reason), n in _at_zero(known, watch.stalls).items():
             stalls.add_metric([name, reason], n)
         yield stalls
+        continued = CounterMetricFamily("gateway_stream_continuations", "Streams of the "
+                                        "upstream that broke once answering and were "
+                                        "continued on another attempt.", labels=["upstream"])
+        for name, n in _at_zero(names, watch.continued).items():
+            continued.add_metric([name], n)
+        yield continued
 
 
 def _at_zero(known: Iterable[R], counts: Mapping[R, int]) -> dict[R, int]:

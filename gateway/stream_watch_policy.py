@@ -13,6 +13,10 @@ answers (issue 48, items 1 and 2; what they do: :mod:`gateway.stream_watch`).
                                     #   comments are silence); 0: none
     min_tokens_per_s = 0            # a minimum pace over pace_window_s; 0: none
     pace_window_s = 10
+    max_continuations = 2           # continuations of a broken stream a request may make
+    continue_upstreams = []         # OpenAI-compatible upstreams taking continue_final_message
+    prefill_models = ["claude-3*", ...]  # Anthropic models taking an assistant prefill
+    equivalent_models = []          # groups of upstream model ids one may continue another's
 
     [stream_watch.models."o3-pro"]  # a public model (or a pattern as written): its own
     first_token_factor = 0          #   values, the rest from above
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from gateway.schema import bounded
 
-__all__ = ["StreamWatchOverride", "StreamWatchPolicy", "StreamWatchRule"]
+__all__ = ["PREFILL_MODELS", "StreamWatchOverride", "StreamWatchPolicy", "StreamWatchRule"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,19 @@ class StreamWatchRule:
     #: slow answer is still an answer; for long answers behind a client's own timeout).
     min_tokens_per_s: float = bounded(0.0, ge=0.0)
     pace_window_s: float = bounded(10.0, ge=0.1)
+    #: Continuations (gateway.continuation) a request may make after its stream broke,
+    #: stalled or sent an error event once answering, where a target can continue the text
+    #: (0: none). 2: a second failure in a row is rare (faults of a few percent), a third
+    #: most likely a request that breaks its upstreams, whose retries only add load; each
+    #: one also spends a retry-budget token.
+    max_continuations: int = bounded(2, ge=0, le=10)
+
+
+#: Anthropic models that take an assistant prefill (fnmatch patterns on the upstream's
+#: model id): Claude 3.x and 4 to 4.5. Claude 4.6 and later refuse one (a 400); an unknown
+#: model is not continued (a refusal would cost a request, then end as an error anyway).
+PREFILL_MODELS = ("claude-3*", "claude-*-4-[0-5]", "claude-*-4-[0-5]-*", "claude-*-4-2*",
+                  "claude-*-4")
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class StreamWatchOverride:
     stream_idle_timeout_ms: float | None = bounded(None, ge=0.0)
     min_tokens_per_s: float | None = bounded(None, ge=0.0)
     pace_window_s: float | None = bounded(None, ge=0.1)
+    max_continuations: int | None = bounded(None, ge=0, le=10)
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,16 @@ class StreamWatchPolicy(StreamWatchRule):
     #: Public model name, or a model pattern as written (shared by the ids it serves; an
     #: id named on its own has its own) -> its own values.
     models: dict[str, StreamWatchOverride] = field(default_factory=dict)
+    #: OpenAI-compatible upstreams (names) that continue a final assistant message given
+    #: ``continue_final_message: true``, ``add_generation_prompt: false`` (vLLM, SGLang).
+    #: None by default: a server that ignores the flag answers anew, and the client would
+    #: read the text twice. (OpenAI's hosted models cannot continue.)
+    continue_upstreams: tuple[str, ...] = ()
+    #: Anthropic upstream model ids (patterns) that take an assistant prefill.
+    prefill_models: tuple[str, ...] = PREFILL_MODELS
+    #: Groups of upstream model ids that may continue each other's text (by default only
+    #: the same model id does: another model would not write the same answer).
+    equivalent_models: tuple[tuple[str, ...], ...] = ()
 
     def rule(self, key: str | None) -> StreamWatchRule:
         """The values for the model keyed ``key`` (gateway.models.model_key): the section

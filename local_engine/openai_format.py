@@ -56,6 +56,9 @@ class ChatRequest:
     stream: bool
     include_usage: bool
     structured: Structured = field(default_factory=Structured)
+    #: ``continue_final_message``: the answer continues the last (assistant) message's
+    #: text instead of starting a new one (vLLM's and SGLang's parameter).
+    continue_final: bool = False
 
 
 def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
@@ -141,7 +144,22 @@ def parse_chat(body: Any, default_max_tokens: int) -> ChatRequest:
         max_tokens=max_tokens, stop=stops, seed=seed,
     )
     return ChatRequest(model, chat, params, stream, bool(options.get("include_usage")),
-                       structured)
+                       structured, _continue_final(body, chat))
+
+
+def _continue_final(body: dict[str, Any], chat: list[dict[str, str]]) -> bool:
+    """``continue_final_message`` (with ``add_generation_prompt: false``, as vLLM takes
+    them): the last message must be the assistant's to continue."""
+    go_on, prompt = body.get("continue_final_message", False), body.get(
+        "add_generation_prompt", True)
+    if not isinstance(go_on, bool) or not isinstance(prompt, bool):
+        raise InvalidRequest("'continue_final_message' and 'add_generation_prompt' must be "
+                             "booleans", param="continue_final_message")
+    if go_on and (prompt and "add_generation_prompt" in body or chat[-1]["role"] != "assistant"):
+        raise InvalidRequest("'continue_final_message' needs the last message to be the "
+                             "assistant's and 'add_generation_prompt' false",
+                             param="continue_final_message")
+    return go_on
 
 
 def _calls(message: dict[str, Any], i: int) -> str:
@@ -171,11 +189,17 @@ def _with_tools(chat: list[dict[str, str]], section: str) -> list[dict[str, str]
     return [{"role": "system", "content": section}, *chat]
 
 
-def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+def encode_chat(tokenizer: Any, messages: list[dict[str, str]],
+                continue_final: bool = False) -> list[int]:
     """The prompt's token ids: ``messages`` (as :func:`parse_chat` gives them) through the
-    tokenizer's chat template, ready for an answer. The gateway's prefix_precise routing
-    calls it too, to compute the very block hashes this engine caches."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    tokenizer's chat template, ready for an answer (``continue_final``: ready to go on with
+    the last message's text, the template's ``continue_final_message``). The gateway's
+    prefix_precise routing calls it too, to compute the very block hashes this engine
+    caches."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=False,
+                                        continue_final_message=True, tokenize=True) \
+        if continue_final else \
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding
         ids = ids["input_ids"]
     return list(ids)

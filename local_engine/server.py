@@ -101,8 +101,9 @@ class EngineServer:
         return (self.grammars.cached(structured.grammar)
                 or await asyncio.to_thread(compile_structured, self.grammars, structured))
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        return encode_chat(self.tokenizer, messages)
+    def encode_chat(self, messages: list[dict[str, str]], continue_final: bool = False
+                    ) -> list[int]:
+        return encode_chat(self.tokenizer, messages, continue_final)
 
     def encode_text(self, text: str) -> tuple[list[int], list[int]]:
         """See :func:`local_engine.scorer.encode_text`."""
@@ -128,7 +129,7 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         try:
             chat = parse_chat(await _json(request), server.default_max_tokens)
             grammar = await server.grammar(chat.structured)
-            prompt = server.encode_chat(chat.messages)
+            prompt = server.encode_chat(chat.messages, chat.continue_final)
             id_ = "chatcmpl-" + uuid.uuid4().hex
             outputs = server.engine.generate(prompt, dataclasses.replace(chat.params,
                                                                          grammar=grammar))

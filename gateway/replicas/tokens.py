@@ -36,6 +36,7 @@ class EngineKeys:
 
         try:
             chat = parse_chat(body, 1)
-            return block_hashes(encode_chat(self.tokenizer, chat.messages), block_size)
+            return block_hashes(encode_chat(self.tokenizer, chat.messages, chat.continue_final),
+                                block_size)
         except (EngineError, ValueError):
             return []

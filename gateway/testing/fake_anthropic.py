@@ -22,9 +22,14 @@ the field. Steering headers (as in the OpenAI fake):
 ``x-fake-cache-write``      usage.cache_creation_input_tokens (likewise)
 ``x-fake-tool``             then call the first custom tool with ``{"x": 1}`` (``agent``: tool_args)
 ``x-fake-thinking``         first a thinking block of N words, with a signature
+``x-fake-space-after``      streaming: each text delta a word and the space after it
 ``x-fake-no-system-role``   the model takes no system-role message in ``messages`` (as
                             Claude models before Opus 4.8): a 400 when one is there
 =========================  ===========================================================
+
+A final assistant message (a prefill) that the answer's text begins with is answered with
+the rest of it only, as the API continues a prefill; one ending in whitespace is a 400, as
+the API refuses it.
 
 Late first deltas and stalls, pings meanwhile: :mod:`gateway.testing.fake_stalls`.
 """
@@ -72,7 +77,10 @@ def count_tokens(data: Any) -> int:
 def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) -> dict[str, Any]:
     """The whole ``message`` the headers ask for; ``cache``: simulated usage fields or None."""
     wanted = int(headers.get("x-fake-tokens", 8))
-    n = min(wanted, data["max_tokens"])
+    prefill = _prefill(data)  # the API continues it (a 400 before, when refused)
+    full = " ".join(f"tok{i}" for i in range(wanted))
+    done = len(prefill.split()) if prefill and full.startswith(prefill) else 0
+    n = min(wanted, data["max_tokens"] + done)
     content: list[dict[str, Any]] = []
     if thinking := int(headers.get("x-fake-thinking", 0)):
         content.append({"type": "thinking", "signature": f"sig_fake_{thinking}",
@@ -80,7 +88,8 @@ def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) ->
     fmt = (data.get("output_config") or {}).get("format")  # structured outputs
     text = orjson.dumps(json_instance(fmt.get("schema"))).decode() if isinstance(fmt, dict) \
         and fmt.get("type") == "json_schema" else " ".join(f"tok{i}" for i in range(n))
-    content += [{"type": "text", "text": text}] if n else []
+    text = text[len(prefill):] if done else text
+    content += [{"type": "text", "text": text}] if n > done else []
     tool = anthropic_tool_use(data, headers) if n == wanted else None
     content += [tool] if tool else []
     stop = headers.get("x-fake-stop-reason") or (
@@ -88,15 +97,32 @@ def _answer(data: dict[str, Any], headers: dict[str, str], cache: Any = None) ->
     read, write = (int(headers.get(f"x-fake-cache-{k}", 0)) for k in ("read", "write"))
     usage = {"input_tokens": max(count_tokens(data) - read - write, 0),
              "cache_creation_input_tokens": write, "cache_read_input_tokens": read, **(cache or {}),
-             "output_tokens": n + thinking + (1 if tool else 0)}  # words, and 1 per tool call
+             "output_tokens": n - done + thinking + (1 if tool else 0)}  # words, and 1 per tool call
     return {"id": f"msg_fake{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant",
             "model": data["model"], "content": content, "stop_reason": stop,
             "stop_sequence": (data.get("stop_sequences") or [None])[0]
             if stop == "stop_sequence" else None, "usage": usage}
 
 
-def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The stream of a whole ``message``: (event, body without "type"), in the API's order."""
+def _prefill(data: dict[str, Any]) -> str:
+    """The text of a final assistant message (a prefill), else ""; a 400 when it ends in
+    whitespace, as the API answers."""
+    last = data["messages"][-1]
+    if last.get("role") != "assistant":
+        return ""
+    content = last.get("content")
+    text = content if isinstance(content, str) else "".join(
+        b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    if text != text.rstrip():
+        raise ApiError(400, "messages: final assistant content cannot end with trailing "
+                            "whitespace")
+    return text
+
+
+def _events(message: dict[str, Any], space_after: bool = False
+            ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The stream of a whole ``message``: (event, body without "type"), in the API's order;
+    ``space_after``: each text delta a word and the space after it (not before)."""
     usage = {**message["usage"], "output_tokens": 1}  # what the API knows before generating
     yield "message_start", {"message": {**message, "content": [], "stop_reason": None,
                                         "stop_sequence": None, "usage": usage}}
@@ -109,8 +135,12 @@ def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
                       for i in range(0, len(text), 4)]  # pieces, as the API sends them
         else:  # text or thinking, a word a delta
             first = {"type": kind, kind: "", **({"signature": ""} if kind == "thinking" else {})}
+            words = block[kind].split(" ")
             deltas = [{"type": f"{kind}_delta", kind: w if i == 0 else " " + w}
-                      for i, w in enumerate(block[kind].split(" "))]
+                      for i, w in enumerate(words) if w or i]
+            if space_after and kind == "text":
+                deltas = [{"type": "text_delta", "text": w + " " * (i < len(words) - 1)}
+                          for i, w in enumerate(words)]
             if kind == "thinking":
                 deltas.append({"type": "signature_delta", "signature": block["signature"]})
         yield "content_block_start", {"index": index, "content_block": first}
@@ -181,7 +211,7 @@ class FakeAnthropic(FakeUpstream):
             *ids]})
         rec.first_byte = time.monotonic()
         delay, stalls, deltas = False, Stalls.of(headers), 0
-        for event, obj in _events(message):
+        for event, obj in _events(message, "x-fake-space-after" in headers):
             text = event == "content_block_delta" and obj["delta"]["type"] == "text_delta"
             if text and rec.chunks_sent == die_after:
                 raise ConnectionAbortedError("fake anthropic: dying mid-stream on request")

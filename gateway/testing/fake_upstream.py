@@ -33,6 +33,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             (or the client has left): an upstream as slow as a test needs
 =========================  =========================================================
 
+Continuing a final assistant message (``continue_final_message``): :mod:`.fake_continue`.
 Late first tokens and stalls: :mod:`gateway.testing.fake_stalls` (``x-fake-first-token-ms``,
 ``x-fake-stall-after``, ``x-fake-stall-ms``, ``x-fake-ping-ms``), in every fake.
 
@@ -61,6 +62,7 @@ from typing import Any
 import orjson
 
 from gateway.testing.cache_sim import CacheSims, PromptUsage
+from gateway.testing.fake_continue import continued
 from gateway.testing.fake_responses import FakeResponses, schema_of, text_pieces, wait_or_left
 from gateway.testing.fake_stalls import COMMENT_PING, Stalls
 from gateway.testing.tool_args import chat_tool_call as _tool_call
@@ -289,7 +291,7 @@ class FakeUpstream:
                                           "finish_reason": None}], **usage_extra}
             await send(_event(first))
         call = _tool_call(data, headers) if chat else None
-        pieces = [] if call else text_pieces(n, schema_of(data))
+        pieces = [] if call else continued(text_pieces(n, schema_of(data)), data)
         stalls = Stalls.of(headers)
         if call is not None:
             name, arguments = call["function"]["name"], call["function"]["arguments"]

@@ -87,6 +87,9 @@ class Upstream(abc.ABC):
     #: A started request may be cancelled for a cache hit found later (see
     #: gateway.stages.cache): free on the local engine; a hosted API may bill it (opt-in).
     cancel_on_late_hit: bool = False
+    #: It continues a final assistant message given ``continue_final_message`` (the local
+    #: engine does; other OpenAI-compatible servers when the policy names them).
+    continues_final_message: bool = False
 
     @property
     def enabled(self) -> bool:

@@ -58,6 +58,8 @@ def _prepare_child(nice: int) -> None:  # pragma: no cover - runs in the child b
 
 
 class LocalUpstream(OpenAIUpstream):
+    continues_final_message = True  # local_engine.openai_format: continue_final_message
+
     def __init__(self, name: str, config: UpstreamConfig):
         self.engine = config.engine
         self.port = self.engine.port or free_port()

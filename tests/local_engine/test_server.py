@@ -25,8 +25,9 @@ from local_engine.server import EngineServer, build_app
 
 class CharTokenizer:
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool,
-                            tokenize: bool) -> list[int]:
-        text = "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+                            tokenize: bool, continue_final_message: bool = False) -> list[int]:
+        text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        text += "" if continue_final_message else "<assistant>"
         return [2 + ord(c) % 94 for c in text]
 
     def __call__(self, text: str, add_special_tokens: bool,
@@ -348,3 +349,21 @@ def test_without_grammars_structured_output_is_a_400_that_says_why(
         "type": "invalid_request_error", "param": "response_format",
         "code": "invalid_request"}
     aengine.close()
+
+
+def test_a_final_assistant_message_is_continued_with_continue_final_message(
+        served: Served) -> None:
+    """vLLM's and SGLang's ``continue_final_message``: the prompt ends with the assistant's
+    text itself (no new turn after it), so the answer goes on with it."""
+    said = [*ask("hi"), {"role": "assistant", "content": "ab"}]
+    anew = served.client.chat.completions.create(model="tiny", messages=said, max_tokens=1)
+    going = served.client.chat.completions.create(
+        model="tiny", messages=said, max_tokens=1,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert anew.usage is not None and going.usage is not None
+    assert going.usage.prompt_tokens == len("<user>hi<assistant>ab")
+    assert anew.usage.prompt_tokens == len("<user>hi<assistant>ab<assistant>")
+    with pytest.raises(openai.BadRequestError, match="continue_final_message"):
+        served.client.chat.completions.create(
+            model="tiny", messages=ask("hi"), max_tokens=1,
+            extra_body={"continue_final_message": True, "add_generation_prompt": False})
