@@ -15,6 +15,7 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
 ``x-fake-fail-times``       fail only the first N requests carrying the same
                             ``x-fake-key`` (then answer normally)
 ``x-fake-die-after``        streaming: drop the connection after N content chunks
+``x-fake-error-midway``     streaming: after N content chunks, ``data: {"error": ...}``, the end
 ``x-fake-usage``            "0": never send usage (some OpenAI-compatible servers don't)
 ``x-fake-set-cookie``       send this Set-Cookie header with a completion
 ``x-fake-finish``           finish_reason (default "stop"; Responses: "length" is incomplete)
@@ -33,20 +34,17 @@ It speaks the real wire format (chat.completion / chat.completion.chunk, SSE wit
                             (or the client has left): an upstream as slow as a test needs
 =========================  =========================================================
 
-Continuing a final assistant message (``continue_final_message``): :mod:`.fake_continue`.
-Late first tokens and stalls: :mod:`gateway.testing.fake_stalls` (``x-fake-first-token-ms``,
-``x-fake-stall-after``, ``x-fake-stall-ms``, ``x-fake-ping-ms``), in every fake.
+Continuing a final assistant message (``continue_final_message``): :mod:`.fake_continue`. Late
+first tokens and stalls (``x-fake-first-token-ms``...): :mod:`.fake_stalls`, in every fake.
 
 Structured outputs: with a ``json_schema`` ``response_format`` (Responses: ``text.format``)
 the text is a JSON instance of the schema (:func:`.fake_responses.json_instance`).
 
-``FakeUpstream(simulate_cache=True)``: chat usage reports ``prompt_tokens`` and
-``prompt_tokens_details.cached_tokens`` from a simulation of OpenAI's automatic prompt caching
-(:mod:`gateway.testing.cache_sim`) instead of a word count and 0.
+``FakeUpstream(simulate_cache=True)``: chat usage's ``prompt_tokens`` and ``cached_tokens`` from
+a simulation of OpenAI's prompt caching (:mod:`gateway.testing.cache_sim`), not a word count.
 
-Every request is recorded (:class:`Record`): headers, JSON body, and monotonic times of
-arrival, first byte, completion and client disconnect, so tests can await "the upstream saw
-the disconnect" with :meth:`FakeUpstream.wait_for` instead of sleeping.
+Every request is recorded (:class:`Record`): headers, JSON body, monotonic times of arrival,
+first byte, completion and client disconnect (tests await them with :meth:`~.wait_for`).
 """
 
 from __future__ import annotations
@@ -278,6 +276,7 @@ class FakeUpstream:
         itl = float(headers.get("x-fake-itl-ms", 0)) / 1000
         n = int(headers.get("x-fake-tokens", 8))
         die_after = int(headers.get("x-fake-die-after", -1))
+        midway = int(headers.get("x-fake-error-midway", -1))
         model = data.get("model", "fake-model")
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk" if chat else
                 "text_completion", "created": 1_700_000_000, "model": model}
@@ -306,6 +305,9 @@ class FakeUpstream:
         for i, piece in enumerate(pieces):
             if i == die_after:
                 raise ConnectionAbortedError("fake upstream: dying mid-stream on request")
+            if i == midway:  # an in-band error event, then the end (no [DONE])
+                return await send({**_event({"error": {"message": "overloaded", "type":
+                                   "server_error", "code": "overloaded"}}), "more_body": False})
             if itl and i and await _wait(disconnected, itl):
                 return
             if await stalls.before_delta(i, send, disconnected, COMMENT_PING):

@@ -1,0 +1,438 @@
+"""Resilient streams (issue 48), side by side in one run: the gateway with its stream
+features off and on, in front of fake upstreams that break streams the ways real ones do.
+
+    python bench/streams.py [--n 300] [--concurrency 16] [--seed 48] [--json FILE]
+
+Three upstream kinds, each a model with two targets (two upstreams on the same fake, so a
+failover target exists everywhere): ``openai`` (hosted OpenAI chat: no continuation),
+``anthropic`` (Messages, ``claude-sonnet-4-5``: continues from an assistant prefill) and
+``continuable`` (an OpenAI-compatible server taking ``continue_final_message``, as vLLM and
+SGLang, named in ``continue_upstreams``). Each stream is 24 content events, one every 10 ms,
+after a 50 ms first byte.
+
+Faults, drawn per request from a seeded RNG (the same draws for both configurations), each
+applied to the request's first upstream attempt only (a fault is a bad moment of one
+upstream call, not of the request: a retry or continuation is served cleanly): a first token
+20x late (5%), a stall of "60 s" with pings through it (2%), the connection cut after a
+random event (2%; after the role chunk / ``message_start`` when the draw is 0), an in-band
+error event after a random event (1%: ``data: {"error": ...}`` / ``event: error``). Every
+time is scaled by 1/20 to keep the run short, ratios kept: a 50 ms TTFT stands for 1 s, the
+late first token is 1 s (20 s), the stall 3 s (60 s), the upstreams' read timeout 6 s (the
+hosted default, 120 s).
+
+Configurations (one ``gateway serve`` each, both running through the run):
+- ``off``: no first-token deadline (fixed 0, learned factor 0), ``stream_idle_timeout_ms =
+  0`` (the read timeout is the only bound on a stall, as before), ``max_continuations = 0``.
+- ``on``: the default policy, plus ``continue_upstreams`` naming the continuable fake's two
+  upstreams and the times scaled: the learned deadline's floor 250 ms (5 s), a fixed
+  deadline of 500 ms (10 s) while the learned one has too few samples, and an idle timeout
+  of 1 s (20 s: the default 60 s scaled would equal the 60 s stall, a race).
+
+Per configuration and kind: streams whole and well formed (one role chunk or
+``message_start``, one finish, the protocol's clean end, the text equal to an uninterrupted
+run's, read from the fake directly), ended with an explicit error (an error event without a
+clean end, or an HTTP error), silent truncations (anything else: must be 0), the
+mid-stream faults (stall, cut or error event after content) whose stream still reached the
+client whole (text equal to the uninterrupted run's), TTFT p99 (to the first content
+event, over the streams that had one) and end-to-end p99 (to the last byte, every stream),
+extra upstream requests (upstream calls less streams), and the gateway log's counts
+(``continued``, ``first_token_timeouts``, ``stalled``). Targets: 100% whole where a
+continuation or failover target exists, 100% explicit errors elsewhere, 0 silent.
+
+The fakes run in this process (uvicorn threads behind :class:`Faults`, which applies each
+fault once and counts upstream calls); each gateway runs as ``gateway serve`` in its own
+interpreter, as in production, so the client's and the fakes' work is not on its event loop.
+
+Prints a JSON document and one line starting ``streams:``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from processes import ROOT, free_port, stop, wait_ready
+
+from gateway.testing.fake_anthropic import FakeAnthropic
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.server import ServerThread
+
+SCALE = 20  # every time below is the real one / SCALE
+TTFT_MS, ITL_MS, TOKENS = 50, 10, 24
+LATE_MS = 20 * TTFT_MS  # the first token 20x late (1 s: 20 s real)
+STALL_MS = 60_000 // SCALE  # 3 s: 60 s real
+READ_TIMEOUT_MS = 120_000 // SCALE  # the hosted upstreams' default read timeout, scaled
+#: (fault, share of requests), drawn in this order from one uniform number.
+FAULTS = (("late", 0.05), ("stall", 0.02), ("cut", 0.02), ("error", 0.01))
+KINDS = ("openai", "anthropic", "continuable")
+KEY_ENV = "BENCH_STREAMS_ANTHROPIC_KEY"
+
+
+def draw(rng: random.Random, tokens: int = TOKENS) -> tuple[str | None, dict[str, str]]:
+    """One request's fault and the fake's steering headers for it (``x-fake-bench-*``, which
+    :class:`Faults` turns into the fakes' ``x-fake-*`` on the first attempt only)."""
+    u, at = rng.random(), 0.0
+    for fault, share in FAULTS:
+        at += share
+        if u < at:
+            break
+    else:
+        return None, {}
+    if fault == "late":
+        return fault, {"x-fake-bench-first-token-ms": str(LATE_MS - TTFT_MS)}
+    if fault == "stall":
+        return fault, {"x-fake-bench-stall-after": str(rng.randint(1, tokens - 1)),
+                       "x-fake-bench-stall-ms": str(STALL_MS), "x-fake-bench-ping-ms": "250"}
+    name = "die-after" if fault == "cut" else "error-midway"
+    return fault, {f"x-fake-bench-{name}": str(rng.randint(0, tokens - 1))}
+
+
+def mid_stream(headers: dict[str, str]) -> bool:
+    """Whether the fault comes after content reached the client (a continuation's case)."""
+    after = [v for k, v in headers.items() if k.endswith(("stall-after", "die-after", "midway"))]
+    return bool(after) and int(after[0]) > 0
+
+
+def parse_sse(body: bytes) -> list[tuple[str | None, str]]:
+    """(event name, data) of each SSE event in ``body``; comments and ``id:`` lines left out."""
+    out: list[tuple[str | None, str]] = []
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name, data = None, []
+        for line in block.decode().split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip())
+        if data:
+            out.append((name, "\n".join(data)))
+    return out
+
+
+def text_of(api: str, events: list[tuple[str | None, str]]) -> str:
+    """The answer's text in ``events`` (chat content deltas; Messages text deltas)."""
+    parts = []
+    for _, data in events:
+        if data == "[DONE]":
+            continue
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if api == "chat":
+            for choice in obj.get("choices") or ():
+                parts.append((choice.get("delta") or {}).get("content") or "")
+        elif obj.get("type") == "content_block_delta" and obj["delta"]["type"] == "text_delta":
+            parts.append(obj["delta"]["text"])
+    return "".join(parts)
+
+
+def verdict(api: str, status: int, events: list[tuple[str | None, str]], reference: str) -> str:
+    """``whole`` (well formed, the reference text), ``error`` (an explicit error: an HTTP
+    error, or an error event and no clean end) or ``silent`` (anything else: a truncation or
+    a malformed stream the client could take for an answer)."""
+    if status != 200:
+        return "error"
+    try:
+        objs = [(name, None if data == "[DONE]" else orjson.loads(data)) for name, data in events]
+    except orjson.JSONDecodeError:
+        return "silent"  # a malformed event
+    if api == "chat":
+        errored = any(o is not None and "error" in o for _, o in objs)
+        clean = bool(objs) and objs[-1][1] is None
+        roles = sum(1 for _, o in objs if o and any("role" in (c.get("delta") or {})
+                                                     for c in o.get("choices") or ()))
+        ends = sum(1 for _, o in objs if o and any(c.get("finish_reason")
+                                                    for c in o.get("choices") or ()))
+    else:
+        errored = any(n == "error" or (o or {}).get("type") == "error" for n, o in objs)
+        clean = bool(objs) and (objs[-1][1] or {}).get("type") == "message_stop"
+        roles = sum(1 for _, o in objs if (o or {}).get("type") == "message_start")
+        ends = sum(1 for _, o in objs if (o or {}).get("type") == "message_delta"
+                   and o["delta"].get("stop_reason"))
+    if errored and not clean:
+        return "error"
+    whole = clean and not errored and roles == 1 and ends == 1
+    return "whole" if whole and text_of(api, events) == reference else "silent"
+
+
+def p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1)
+
+
+class Faults:
+    """ASGI wrapper of a fake: ``/<upstream>/...`` is served as ``/...``; a request's
+    ``x-fake-bench-*`` headers become the fake's ``x-fake-*`` the first time its
+    ``x-fake-bench-id`` is seen, and are dropped on later attempts; calls are counted per
+    request id's kind (the id's prefix)."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app, self.seen, self.calls = app, set[str](), Counter[str]()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers, rid = [], ""
+            for k, v in scope["headers"]:
+                if k == b"x-fake-bench-id":
+                    rid = v.decode()
+            first = rid not in self.seen
+            self.seen.add(rid)
+            self.calls[rid.split(":")[0]] += 1
+            for k, v in scope["headers"]:
+                if k.startswith(b"x-fake-bench-"):
+                    if first and k != b"x-fake-bench-id":
+                        headers.append((b"x-fake-" + k[len(b"x-fake-bench-"):], v))
+                else:
+                    headers.append((k, v))
+            path = scope["path"]
+            if not path.startswith("/v1/"):  # /<upstream>/v1/...
+                path = "/" + path.split("/", 2)[2]
+            scope = {**scope, "headers": headers, "path": path, "raw_path": path.encode()}
+        await self.app(scope, receive, send)
+
+
+def config(port: int, openai: int, anthropic: int, policy: Path) -> str:
+    targets = {"openai": ("oai", openai, "openai", "fake-model"),
+               "continuable": ("vllm", openai, "openai", "fake-model"),
+               "anthropic": ("claude", anthropic, "anthropic", "claude-sonnet-4-5")}
+    out = [f'[server]\nport = {port}\npolicy = "{policy.name}"\n']
+    for kind, (name, fake, api, model) in targets.items():
+        for side in ("a", "b"):
+            base = f"http://127.0.0.1:{fake}/{name}-{side}" + ("/v1" if api == "openai" else "")
+            key = f'api_key_env = "{KEY_ENV}"\n' if api == "anthropic" else ""
+            out.append(f'[upstreams."{name}-{side}"]\ntype = "{api}"\nbase_url = "{base}"\n'
+                       f'forward_headers = ["x-fake-*"]\nread_timeout_ms = {READ_TIMEOUT_MS}\n'
+                       + key)
+        out.append(f'[models."bench-{kind}"]\ntargets = [{{ upstream = "{name}-a", model = '
+                   f'"{model}" }}, {{ upstream = "{name}-b", model = "{model}" }}]\n')
+    return "\n".join(out)
+
+
+def policies() -> dict[str, str]:
+    """Each configuration's policy: the defaults (every key not written) and its
+    ``[stream_watch]`` keys (module doc)."""
+    off = ("first_token_ms = 0\nfirst_token_factor = 0.0\nstream_idle_timeout_ms = 0\n"
+           "max_continuations = 0\n")
+    on = (f"first_token_ms = {10_000 // SCALE}\nfirst_token_floor_ms = {5000 // SCALE}\n"
+          f"stream_idle_timeout_ms = {20_000 // SCALE}\n"
+          'continue_upstreams = ["vllm-a", "vllm-b"]\n')
+    return {"off": "[stream_watch]\n" + off, "on": "[stream_watch]\n" + on}
+
+
+def body(kind: str) -> tuple[str, dict[str, Any]]:
+    messages = [{"role": "user", "content": "Tell me something."}]
+    if kind == "anthropic":
+        return "/v1/messages", {"model": "bench-anthropic", "max_tokens": 256, "stream": True,
+                                "messages": messages}
+    return "/v1/chat/completions", {"model": f"bench-{kind}", "stream": True,
+                                    "messages": messages}
+
+
+async def one(session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
+              headers: dict[str, str], api: str) -> dict[str, Any]:
+    start = time.monotonic()
+    ttft, chunks, status = None, [], 0
+    try:
+        async with session.post(url, json=payload, headers=headers) as r:
+            status = r.status
+            async for chunk in r.content.iter_any():
+                chunks.append(chunk)
+                if ttft is None and status == 200 and text_of(api, _complete(chunks)):
+                    ttft = (time.monotonic() - start) * 1000
+    except (aiohttp.ClientError, TimeoutError):
+        pass  # what arrived is judged below (a cut the client sees)
+    return {"events": parse_sse(b"".join(chunks)), "status": status, "ttft": ttft,
+            "e2e": (time.monotonic() - start) * 1000}
+
+
+def _complete(chunks: list[bytes]) -> list[tuple[str | None, str]]:
+    """The whole events in what arrived so far (an event cut in two is not parsed)."""
+    text = b"".join(chunks).replace(b"\r\n", b"\n")
+    return parse_sse(text[:text.rfind(b"\n\n") + 2])
+
+
+async def run(session: aiohttp.ClientSession, gateway: str, kind: str, n: int,
+              concurrency: int, seed: int, reference: str, tag: str) -> dict[str, Any]:
+    rng = random.Random(f"{seed}:{kind}")
+    draws = [draw(rng) for _ in range(n)]
+    path, payload = body(kind)
+    api = "messages" if kind == "anthropic" else "chat"
+    gate = asyncio.Semaphore(concurrency)
+    base = {"x-fake-ttft-ms": str(TTFT_MS), "x-fake-itl-ms": str(ITL_MS),
+            "x-fake-tokens": str(TOKENS), "authorization": "Bearer k",
+            "x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+    async def go(i: int) -> dict[str, Any]:
+        fault, steer = draws[i]
+        async with gate:
+            got = await one(session, gateway + path, payload,
+                            {**base, **steer, "x-fake-bench-id": f"{tag}:{i}"}, api)
+        got["verdict"] = verdict(api, got["status"], got["events"], reference)
+        got["fault"], got["mid"] = fault, mid_stream(steer)
+        return got
+
+    results = await asyncio.gather(*(go(i) for i in range(n)))
+    verdicts = Counter(r["verdict"] for r in results)
+    mids = [r for r in results if r["mid"]]
+    by_fault = {f: dict(Counter(r["verdict"] for r in results if r["fault"] == f))
+                for f, _ in FAULTS}
+    return {"streams": n, "whole": verdicts["whole"], "explicit_errors": verdicts["error"],
+            "silent_truncations": verdicts["silent"],
+            "whole_share": round(verdicts["whole"] / n, 4),
+            "faults": dict(Counter(r["fault"] for r in results if r["fault"])),
+            "by_fault": by_fault,
+            "mid_stream_faults": len(mids),
+            "mid_stream_whole_equal_text": sum(r["verdict"] == "whole" for r in mids),
+            "ttft_p99_ms": p99([r["ttft"] for r in results if r["ttft"] is not None]),
+            "e2e_p99_ms": p99([r["e2e"] for r in results])}
+
+
+def log_counts(log: Path) -> dict[str, dict[str, int]]:
+    """Per model: the gateway log's ``continued``, ``first_token_timeouts``, ``stalled``."""
+    out: dict[str, Counter[str]] = {}
+    for line in log.read_bytes().splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or "model_requested" not in rec:
+            continue
+        c = out.setdefault(str(rec["model_requested"]), Counter())
+        c["continued"] += int(rec.get("continued") or 0)
+        c["first_token_timeouts"] += int(rec.get("first_token_timeouts") or 0)
+        c["stalled"] += 1 if rec.get("stalled") else 0
+    return {model: dict(c) for model, c in out.items()}
+
+
+async def reference(session: aiohttp.ClientSession, openai: str, anthropic: str
+                    ) -> dict[str, str]:
+    """Each kind's uninterrupted answer, read from the fake directly."""
+    out = {}
+    for kind in KINDS:
+        path, payload = body(kind)
+        base = anthropic if kind == "anthropic" else openai + "/v1"
+        url = base + path.removeprefix("/v1") if kind != "anthropic" else base + path
+        got = await one(session, url, {**payload, "model": "claude-sonnet-4-5"
+                                       if kind == "anthropic" else "fake-model"},
+                        {"x-fake-tokens": str(TOKENS), "x-api-key": "k",
+                         "anthropic-version": "2023-06-01", "x-fake-bench-id": "ref"},
+                        "messages" if kind == "anthropic" else "chat")
+        out[kind] = text_of("messages" if kind == "anthropic" else "chat", got["events"])
+    return out
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    oai, ant = Faults(FakeUpstream(record_requests=False)), \
+        Faults(FakeAnthropic(record_requests=False))
+    with ServerThread(oai) as fo, ServerThread(ant) as fa, \
+            tempfile.TemporaryDirectory() as tmp:
+        procs, urls, logs = [], {}, {}
+        env = {**os.environ, KEY_ENV: "k"}
+        for name, text in policies().items():
+            port, folder = free_port(), Path(tmp) / name
+            folder.mkdir()
+            (folder / "policy.toml").write_text(text)
+            (folder / "gateway.toml").write_text(config(port, fo.port, fa.port,
+                                                        folder / "policy.toml"))
+            logs[name] = folder / "requests.log"
+            with logs[name].open("wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "gateway.cli", "serve", "--config",
+                     str(folder / "gateway.toml")], cwd=ROOT, stdout=out, env=env))
+            urls[name] = f"http://127.0.0.1:{port}"
+        results: dict[str, Any] = {}
+        try:
+            timeout = aiohttp.ClientTimeout(total=60)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                for url in urls.values():
+                    await wait_ready(url + "/v1/chat/completions", timeout=120, post={
+                        "model": "bench-openai", "messages": [{"role": "user", "content": "up"}]})
+                refs = await reference(session, fo.url, fa.url)
+                started = time.monotonic()
+                for kind in KINDS:
+                    for name, url in urls.items():
+                        tag = f"{name}-{kind}"
+                        results.setdefault(name, {})[kind] = await run(
+                            session, url, kind, args.n, args.concurrency, args.seed,
+                            refs[kind], tag)
+                        calls = oai.calls[tag] + ant.calls[tag]
+                        results[name][kind]["extra_upstream_requests"] = calls - args.n
+                took = time.monotonic() - started
+        finally:
+            stop(procs)
+        for name in urls:
+            counts = log_counts(logs[name])
+            for kind in KINDS:
+                results[name][kind]["log"] = counts.get(f"bench-{kind}", {})
+    return {"scale": f"every time 1/{SCALE} of the real one", "ttft_ms": TTFT_MS,
+            "itl_ms": ITL_MS, "tokens": TOKENS, "late_first_token_ms": LATE_MS,
+            "stall_ms": STALL_MS, "read_timeout_ms": READ_TIMEOUT_MS,
+            "faults": dict(FAULTS), "n": args.n, "concurrency": args.concurrency,
+            "seed": args.seed, "seconds": round(took, 1), "results": results,
+            "targets": targets(results)}
+
+
+def targets(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, for ``on``: every kind has a failover target, so a fault before
+    the first token must end whole; after it, whole where the kind continues, else an
+    explicit error; 0 silent truncations in every configuration."""
+    on = results["on"]
+    silent = sum(r["silent_truncations"] for c in results.values() for r in c.values())
+    return {"silent_truncations": silent,
+            "continuable_whole": all(on[k]["whole"] == on[k]["streams"]
+                                     for k in ("anthropic", "continuable")),
+            "openai_whole_or_explicit": on["openai"]["whole"] + on["openai"]["explicit_errors"]
+            == on["openai"]["streams"],
+            "ok": silent == 0 and all(on[k]["whole"] == on[k]["streams"]
+                                      for k in ("anthropic", "continuable"))}
+
+
+def summary(out: dict[str, Any]) -> str:
+    parts = []
+    for kind in KINDS:
+        off, on = out["results"]["off"][kind], out["results"]["on"][kind]
+        parts.append(
+            f"{kind} whole {off['whole_share']:.1%} off / {on['whole_share']:.1%} on, "
+            f"errors {off['explicit_errors']}/{on['explicit_errors']}, silent "
+            f"{off['silent_truncations']}/{on['silent_truncations']}, TTFT p99 "
+            f"{off['ttft_p99_ms']}/{on['ttft_p99_ms']} ms, E2E p99 {off['e2e_p99_ms']}/"
+            f"{on['e2e_p99_ms']} ms, extra calls {off['extra_upstream_requests']}/"
+            f"{on['extra_upstream_requests']}")
+    return ("streams: " + "; ".join(parts)
+            + f"; targets {'met' if out['targets']['ok'] else 'NOT met'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=300, help="streams per configuration and kind")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=48)
+    parser.add_argument("--json", type=Path, help="also write the JSON document here")
+    args = parser.parse_args()
+    out = asyncio.run(bench(args))
+    text = orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+    print(summary(out))
+    return 0 if out["targets"]["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
