@@ -337,6 +337,13 @@ async def reference(session: aiohttp.ClientSession, openai: str, anthropic: str
     return out
 
 
+def serve(folder: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``gateway serve`` of ``folder``'s gateway.toml, its request log to requests.log."""
+    with (folder / "requests.log").open("wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config",
+                                 str(folder / "gateway.toml")], cwd=ROOT, stdout=out, env=env)
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     oai, ant = Faults(FakeUpstream(record_requests=False)), \
         Faults(FakeAnthropic(record_requests=False))
@@ -351,10 +358,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             (folder / "gateway.toml").write_text(config(port, fo.port, fa.port,
                                                         folder / "policy.toml"))
             logs[name] = folder / "requests.log"
-            with logs[name].open("wb") as out:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "gateway.cli", "serve", "--config",
-                     str(folder / "gateway.toml")], cwd=ROOT, stdout=out, env=env))
+            procs.append(serve(folder, env))
             urls[name] = f"http://127.0.0.1:{port}"
         results: dict[str, Any] = {}
         try:
