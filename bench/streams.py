@@ -1,7 +1,8 @@
 """Resilient streams (issue 48), side by side in one run: the gateway with its stream
 features off and on, in front of fake upstreams that break streams the ways real ones do.
 
-    python bench/streams.py [--n 300] [--concurrency 16] [--seed 48] [--json FILE]
+    python bench/streams.py [--n 300] [--concurrency 16] [--seed 48] [--budget-ratio R]
+                            [--json FILE] [--logs DIR]
 
 Three upstream kinds, each a model with two targets (two upstreams on the same fake, so a
 failover target exists everywhere): ``openai`` (hosted OpenAI chat: no continuation),
@@ -35,9 +36,15 @@ clean end, or an HTTP error), silent truncations (anything else: must be 0), the
 mid-stream faults (stall, cut or error event after content) whose stream still reached the
 client whole (text equal to the uninterrupted run's), TTFT p99 (to the first content
 event, over the streams that had one) and end-to-end p99 (to the last byte, every stream),
-extra upstream requests (upstream calls less streams), and the gateway log's counts
-(``continued``, ``first_token_timeouts``, ``stalled``). Targets: 100% whole where a
-continuation or failover target exists, 100% explicit errors elsewhere, 0 silent.
+extra upstream requests (upstream calls less streams), the explicit errors' codes by
+fault, and the gateway log's counts (``continued``, ``first_token_timeouts``,
+``stalled``). Targets: 100% whole where a continuation or failover target exists (a late
+first token fails over on every kind; a fault after content is continued on
+``anthropic`` and ``continuable``), 100% explicit errors elsewhere (``openai`` after
+content), 0 silent truncations. Every rescue spends a retry-budget token
+(``[retry_budget] ratio``, 0.1 by default): a kind whose faults need more than 10% extra
+requests can end a few streams with an explicit error once it is spent
+(``--budget-ratio`` to see the difference).
 
 The fakes run in this process (uvicorn threads behind :class:`Faults`, which applies each
 fault once and counts upstream calls); each gateway runs as ``gateway serve`` in its own
@@ -52,6 +59,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -169,6 +177,22 @@ def verdict(api: str, status: int, events: list[tuple[str | None, str]], referen
     return "whole" if whole and text_of(api, events) == reference else "silent"
 
 
+def error_of(status: int, events: list[tuple[str | None, str]]) -> str:
+    """An explicit error's code as the client read it (``http <status>`` for an HTTP error;
+    the error event's ``code``, else its ``type``)."""
+    if status != 200:
+        return f"http {status}"
+    for _, data in reversed(events):
+        try:
+            obj = orjson.loads(data) if data != "[DONE]" else None
+        except orjson.JSONDecodeError:
+            continue
+        error = obj.get("error") if isinstance(obj, dict) else None
+        if isinstance(error, dict):
+            return str(error.get("code") or error.get("type"))
+    return "none"
+
+
 def p99(values: list[float]) -> float | None:
     if not values:
         return None
@@ -224,15 +248,17 @@ def config(port: int, openai: int, anthropic: int, policy: Path) -> str:
     return "\n".join(out)
 
 
-def policies() -> dict[str, str]:
+def policies(budget_ratio: float | None = None) -> dict[str, str]:
     """Each configuration's policy: the defaults (every key not written) and its
-    ``[stream_watch]`` keys (module doc)."""
+    ``[stream_watch]`` keys (module doc); ``budget_ratio``: both with this
+    ``[retry_budget] ratio`` (default 0.1)."""
     off = ("first_token_ms = 0\nfirst_token_factor = 0.0\nstream_idle_timeout_ms = 0\n"
            "max_continuations = 0\n")
     on = (f"first_token_ms = {10_000 // SCALE}\nfirst_token_floor_ms = {5000 // SCALE}\n"
           f"stream_idle_timeout_ms = {20_000 // SCALE}\n"
           'continue_upstreams = ["vllm-a", "vllm-b"]\n')
-    return {"off": "[stream_watch]\n" + off, "on": "[stream_watch]\n" + on}
+    budget = "" if budget_ratio is None else f"[retry_budget]\nratio = {budget_ratio}\n"
+    return {"off": budget + "[stream_watch]\n" + off, "on": budget + "[stream_watch]\n" + on}
 
 
 def body(kind: str) -> tuple[str, dict[str, Any]]:
@@ -297,6 +323,9 @@ async def run(session: aiohttp.ClientSession, gateway: str, kind: str, n: int,
             "whole_share": round(verdicts["whole"] / n, 4),
             "faults": dict(Counter(r["fault"] for r in results if r["fault"])),
             "by_fault": by_fault,
+            "error_codes": {f: dict(Counter(error_of(r["status"], r["events"]) for r in results
+                                             if r["fault"] == f and r["verdict"] == "error"))
+                            for f, _ in FAULTS},
             "mid_stream_faults": len(mids),
             "mid_stream_whole_equal_text": sum(r["verdict"] == "whole" for r in mids),
             "ttft_p99_ms": p99([r["ttft"] for r in results if r["ttft"] is not None]),
@@ -351,7 +380,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             tempfile.TemporaryDirectory() as tmp:
         procs, urls, logs = [], {}, {}
         env = {**os.environ, KEY_ENV: "k"}
-        for name, text in policies().items():
+        for name, text in policies(args.budget_ratio).items():
             port, folder = free_port(), Path(tmp) / name
             folder.mkdir()
             (folder / "policy.toml").write_text(text)
@@ -381,6 +410,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             stop(procs)
         for name in urls:
+            if args.logs:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(logs[name], args.logs / f"{name}.log")
             counts = log_counts(logs[name])
             for kind in KINDS:
                 results[name][kind]["log"] = counts.get(f"bench-{kind}", {})
@@ -388,7 +420,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "itl_ms": ITL_MS, "tokens": TOKENS, "late_first_token_ms": LATE_MS,
             "stall_ms": STALL_MS, "read_timeout_ms": READ_TIMEOUT_MS,
             "faults": dict(FAULTS), "n": args.n, "concurrency": args.concurrency,
-            "seed": args.seed, "seconds": round(took, 1), "results": results,
+            "seed": args.seed, "retry_budget_ratio": args.budget_ratio or 0.1,
+            "seconds": round(took, 1), "results": results,
             "targets": targets(results)}
 
 
@@ -398,12 +431,14 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
     explicit error; 0 silent truncations in every configuration."""
     on = results["on"]
     silent = sum(r["silent_truncations"] for c in results.values() for r in c.values())
+    late = [on[k]["by_fault"]["late"] for k in KINDS]
     return {"silent_truncations": silent,
+            "late_first_tokens_failed_over_whole": all(set(v) <= {"whole"} for v in late),
             "continuable_whole": all(on[k]["whole"] == on[k]["streams"]
                                      for k in ("anthropic", "continuable")),
             "openai_whole_or_explicit": on["openai"]["whole"] + on["openai"]["explicit_errors"]
             == on["openai"]["streams"],
-            "ok": silent == 0 and all(on[k]["whole"] == on[k]["streams"]
+            "ok": silent == 0 and all(set(v) <= {"whole"} for v in late) and all(on[k]["whole"] == on[k]["streams"]
                                       for k in ("anthropic", "continuable"))}
 
 
@@ -428,6 +463,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seed", type=int, default=48)
     parser.add_argument("--json", type=Path, help="also write the JSON document here")
+    parser.add_argument("--budget-ratio", type=float,
+                        help="[retry_budget] ratio of both gateways (default: the policy's 0.1)")
+    parser.add_argument("--logs", type=Path, help="copy the gateways' request logs here")
     args = parser.parse_args()
     out = asyncio.run(bench(args))
     text = orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()

@@ -85,3 +85,15 @@ def test_p99_and_the_policies() -> None:
     assert "max_continuations = 0" in policies["off"]
     assert "stream_idle_timeout_ms = 0" in policies["off"]
     assert 'continue_upstreams = ["vllm-a", "vllm-b"]' in policies["on"]
+    assert "[retry_budget]" not in policies["on"]
+    assert "[retry_budget]\nratio = 0.2" in streams.policies(0.2)["on"]
+
+
+def test_the_targets_need_continued_kinds_whole_and_no_silent_truncation() -> None:
+    def kind(whole: int, errors: int, silent: int = 0) -> dict[str, object]:
+        return {"streams": 10, "whole": whole, "explicit_errors": errors,
+                "silent_truncations": silent, "by_fault": {"late": {"whole": 2}}}
+    on = {"openai": kind(8, 2), "anthropic": kind(10, 0), "continuable": kind(10, 0)}
+    assert streams.targets({"on": on, "off": on})["ok"]
+    assert not streams.targets({"on": {**on, "continuable": kind(9, 1)}, "off": on})["ok"]
+    assert not streams.targets({"on": on, "off": {**on, "openai": kind(8, 1, 1)}})["ok"]
