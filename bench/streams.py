@@ -37,7 +37,8 @@ mid-stream faults (stall, cut or error event after content) whose stream still r
 client whole (text equal to the uninterrupted run's), TTFT p99 (to the first content
 event, over the streams that had one) and end-to-end p99 (to the last byte, every stream),
 extra upstream requests (upstream calls less streams), the explicit errors' codes by
-fault, and the gateway log's counts (``continued``, ``first_token_timeouts``,
+fault, a probe of a cut and of an in-band error event right before the first token (one
+request each, outside the mix: a draw of 1 in 24 of those faults), and the gateway log's counts (``continued``, ``first_token_timeouts``,
 ``stalled``). Targets: 100% whole where a continuation or failover target exists (a late
 first token fails over on every kind; a fault after content is continued on
 ``anthropic`` and ``continuable``), 100% explicit errors elsewhere (``openai`` after
@@ -332,6 +333,24 @@ async def run(session: aiohttp.ClientSession, gateway: str, kind: str, n: int,
             "e2e_p99_ms": p99([r["e2e"] for r in results])}
 
 
+async def edges(session: aiohttp.ClientSession, url: str, kind: str, reference: str,
+                tag: str) -> dict[str, str]:
+    """A cut and an in-band error event right before the first token (event 0: a draw of
+    1 in 24 of those faults, so rare in a run): the verdict and, if an error, its code.
+    Run before the mix, while the retry budget is full (a rescue spends a token)."""
+    path, payload = body(kind)
+    api = "messages" if kind == "anthropic" else "chat"
+    out = {}
+    for fault, header in (("cut", "die-after"), ("error", "error-midway")):
+        got = await one(session, url + path, payload, {
+            "x-fake-ttft-ms": str(TTFT_MS), "x-fake-itl-ms": str(ITL_MS),
+            "x-fake-tokens": str(TOKENS), "x-api-key": "k", "anthropic-version": "2023-06-01",
+            f"x-fake-bench-{header}": "0", "x-fake-bench-id": f"{tag}:{fault}"}, api)
+        seen = verdict(api, got["status"], got["events"], reference)
+        out[fault] = seen if seen != "error" else f"error {error_of(got['status'], got['events'])}"
+    return out
+
+
 def log_counts(log: Path) -> dict[str, dict[str, int]]:
     """Per model: the gateway log's ``continued``, ``first_token_timeouts``, ``stalled``."""
     out: dict[str, Counter[str]] = {}
@@ -397,6 +416,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     await wait_ready(url + "/v1/chat/completions", timeout=120, post={
                         "model": "bench-openai", "messages": [{"role": "user", "content": "up"}]})
                 refs = await reference(session, fo.url, fa.url)
+                probes = {(name, kind): await edges(session, url, kind, refs[kind],
+                                                    f"edge-{name}-{kind}")
+                          for name, url in urls.items() for kind in KINDS}
                 started = time.monotonic()
                 for kind in KINDS:
                     for name, url in urls.items():
@@ -406,6 +428,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                             refs[kind], tag)
                         calls = oai.calls[tag] + ant.calls[tag]
                         results[name][kind]["extra_upstream_requests"] = calls - args.n
+                        results[name][kind]["before_first_token"] = probes[name, kind]
                 took = time.monotonic() - started
         finally:
             stop(procs)
@@ -436,6 +459,9 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
             "late_first_tokens_failed_over_whole": all(set(v) <= {"whole"} for v in late),
             "continuable_whole": all(on[k]["whole"] == on[k]["streams"]
                                      for k in ("anthropic", "continuable")),
+            # not in ``ok``: a probe of one request each, outside the drawn mix
+            "before_first_token_failed_over_whole": all(
+                set(on[k].get("before_first_token", {}).values()) <= {"whole"} for k in KINDS),
             "openai_whole_or_explicit": on["openai"]["whole"] + on["openai"]["explicit_errors"]
             == on["openai"]["streams"],
             "ok": silent == 0 and all(set(v) <= {"whole"} for v in late) and all(on[k]["whole"] == on[k]["streams"]
@@ -453,6 +479,9 @@ def summary(out: dict[str, Any]) -> str:
             f"{off['ttft_p99_ms']}/{on['ttft_p99_ms']} ms, E2E p99 {off['e2e_p99_ms']}/"
             f"{on['e2e_p99_ms']} ms, extra calls {off['extra_upstream_requests']}/"
             f"{on['extra_upstream_requests']}")
+    edge = out["results"]["on"]["openai"].get("before_first_token", {})
+    parts.append("on, right before the first token (openai): " + ", ".join(
+        f"{fault} {seen}" for fault, seen in edge.items()))
     return ("streams: " + "; ".join(parts)
             + f"; targets {'met' if out['targets']['ok'] else 'NOT met'}")
 
