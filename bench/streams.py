@@ -481,7 +481,7 @@ def summary(out: dict[str, Any]) -> str:
             f"{on['extra_upstream_requests']}")
     edge = out["results"]["on"]["openai"].get("before_first_token", {})
     parts.append("on, right before the first token (openai): " + ", ".join(
-        f"{fault} {seen}" for fault, seen in edge.items()))
+        f"{fault}: {seen}" for fault, seen in edge.items()))
     return ("streams: " + "; ".join(parts)
             + f"; targets {'met' if out['targets']['ok'] else 'NOT met'}")
 
