@@ -306,9 +306,8 @@ def main() -> int:
                     "gateway (path default@REV)")
     args = ap.parse_args()
 
-    paths: list[tuple[str, str | None]] = []
-    for name in args.paths.split(","):
-        paths.append((name, {"default": DEFAULT_POLICY, "every": EVERY_POLICY}.get(name)))
+    policies = {"default": DEFAULT_POLICY, "every": EVERY_POLICY}
+    paths = [(name, policies.get(name)) for name in args.paths.split(",")]
     for stage in filter(None, args.ablate.split(",")):
         if stage not in STAGES:
             ap.error(f"--ablate: unknown stage {stage!r}; one of {', '.join(STAGES)}")

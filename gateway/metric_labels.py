@@ -8,12 +8,15 @@ value is added here too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
 __all__ = [
     "BOUND_DECISIONS", "BOUND_OUTCOMES", "CACHE_FAILURE_OPS", "CACHE_LOOKUPS",
     "COMPRESSION_OUTCOMES", "ERROR_TYPES", "LATE_HIT_OUTCOMES", "OTHER", "PASSTHROUGH",
     "RATE_LIMIT_RESULTS", "RATE_LIMIT_STORES_LOCAL", "RATE_LIMIT_STORES_REDIS",
     "REFUSED_REASONS", "RELOAD_RESULTS", "SHED_REASONS", "STATUSES", "TOKEN_KINDS", "UNKNOWN",
-    "BoundedLabel", "error_type_label",
+    "BoundedLabel", "at_zero", "error_type_label",
 ]
 
 #: gateway_requests_total{status}: "200" only. The dashboard groups by status but selects
@@ -111,3 +114,12 @@ BOUND_DECISIONS = ("serve", "explore", "miss")
 BOUND_OUTCOMES = ("right", "wrong")
 #: gateway_policy_reloads_total{result}.
 RELOAD_RESULTS = ("ok", "rejected")
+
+
+K = TypeVar("K")
+
+
+def at_zero(known: Iterable[K], counts: Mapping[K, int]) -> dict[K, int]:
+    """``counts`` with 0 for each of the ``known`` keys it lacks (known keys first): a
+    collector's series from start-up."""
+    return dict.fromkeys(known, 0) | dict(counts)

@@ -21,7 +21,7 @@ only counts in gateway_refused_requests_total (see :mod:`gateway.metric_labels`)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,6 +48,7 @@ from gateway.metric_labels import (
     TOKEN_KINDS,
     UNKNOWN,
     BoundedLabel,
+    at_zero,
     error_type_label,
 )
 from gateway.requestlog import RequestRecord
@@ -55,7 +56,6 @@ from gateway.requestlog import RequestRecord
 if TYPE_CHECKING:
     from gateway.policy import RoutingPolicy
 
-_K = TypeVar("_K")
 
 __all__ = ["Metrics", "RequestCollector"]
 
@@ -161,13 +161,13 @@ class _CacheCollector(Collector):
         lookups = CounterMetricFamily("gateway_cache_lookups", "Cache lookups by result "
                                       "(hit, miss, bypass) and layer.",
                                       labels=["result", "layer"])
-        for (result, layer), n in _at_zero(CACHE_LOOKUPS, stats.lookups).items():
+        for (result, layer), n in at_zero(CACHE_LOOKUPS, stats.lookups).items():
             lookups.add_metric([result, layer], n)
         yield lookups
         failures = CounterMetricFamily("gateway_cache_failures", "Cache backend calls that "
                                        "failed or timed out (the request bypassed).",
                                        labels=["op"])
-        for op, n in _at_zero(CACHE_FAILURE_OPS, stats.failures).items():
+        for op, n in at_zero(CACHE_FAILURE_OPS, stats.failures).items():
             failures.add_metric([op], n)
         yield failures
         yield CounterMetricFamily("gateway_cache_stores", "Answers stored.",
@@ -179,7 +179,7 @@ class _CacheCollector(Collector):
                                    "lookup budget: served (the upstream call cancelled), "
                                    "ignored (the upstream may bill it), too_late (the "
                                    "upstream answered first).", labels=["outcome"])
-        for outcome, n in _at_zero(LATE_HIT_OUTCOMES, stats.late_hits).items():
+        for outcome, n in at_zero(LATE_HIT_OUTCOMES, stats.late_hits).items():
             late.add_metric([outcome], n)
         yield late
         bound = self._cache.bound
@@ -191,7 +191,7 @@ class _CacheCollector(Collector):
                  "outcome", BOUND_OUTCOMES, {("right" if k else "wrong"): n for k, n in (
                      bound.stats.learnt if bound else {}).items()})):
             family = CounterMetricFamily(f"gateway_cache_bound_{name}", doc, labels=[label])
-            for value, n in _at_zero(known, counts).items():
+            for value, n in at_zero(known, counts).items():
                 family.add_metric([value], n)
             yield family
 
@@ -210,14 +210,9 @@ class _RoutingCollector(Collector):
         policy = self._policy()
         known = [(name, tier) for name, router in policy.routers.items()
                  for tier in (router.weak, router.strong)] if policy.enabled else []
-        for (router, tier), n in _at_zero(known, self._routing.decisions).items():
+        for (router, tier), n in at_zero(known, self._routing.decisions).items():
             decisions.add_metric([router, tier], n)
         yield decisions
-
-
-def _at_zero(known: Iterable[_K], counts: dict[_K, int]) -> dict[_K, int]:
-    """``counts`` with 0 for each of the ``known`` keys it lacks (known keys first)."""
-    return dict.fromkeys(known, 0) | counts
 
 
 class _Series:

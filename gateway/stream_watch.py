@@ -49,7 +49,6 @@ from collections.abc import (
     Callable,
     Iterable,
     Iterator,
-    Mapping,
     Sequence,
 )
 from typing import Protocol, TypeVar
@@ -62,6 +61,7 @@ from gateway.config import Target
 from gateway.context import RequestContext
 from gateway.errors import FirstTokenTimeout, UpstreamError, UpstreamStalled
 from gateway.guard import Guard
+from gateway.metric_labels import at_zero
 from gateway.models import model_key
 from gateway.retry_budget import RetryBudget
 from gateway.stream_events import CONTENT, alive, kind_of
@@ -339,23 +339,20 @@ class StreamWatchCollector(Collector):
         cut = CounterMetricFamily("gateway_first_token_timeouts", "Streamed attempts cut by "
                                   "the first-token deadline (then retried or failed over).",
                                   labels=["upstream"])
-        for name, n in _at_zero(names, watch.first_token_timeouts).items():
+        for name, n in at_zero(names, watch.first_token_timeouts).items():
             cut.add_metric([name], n)
         yield cut
         stalls = CounterMetricFamily("gateway_stream_stalls", "Streams ended as stalled "
                                      "once answering: idle (no event but pings) or slow "
                                      "(under the minimum pace).", labels=["upstream", "reason"])
         known = [(name, reason) for name in names for reason in STALL_REASONS]
-        for (name, reason), n in _at_zero(known, watch.stalls).items():
+        for (name, reason), n in at_zero(known, watch.stalls).items():
             stalls.add_metric([name, reason], n)
         yield stalls
         continued = CounterMetricFamily("gateway_stream_continuations", "Streams of the "
                                         "upstream that broke once answering and were "
                                         "continued on another attempt.", labels=["upstream"])
-        for name, n in _at_zero(names, watch.continued).items():
+        for name, n in at_zero(names, watch.continued).items():
             continued.add_metric([name], n)
         yield continued
 
-
-def _at_zero(known: Iterable[R], counts: Mapping[R, int]) -> dict[R, int]:
-    return dict.fromkeys(known, 0) | dict(counts)

@@ -11,6 +11,10 @@ Both read a request as OpenAI chat (``messages``; an Anthropic request through i
   the last user message's text parts (an image beside them skipped), wherever it stands.
   The router's training reads prompts the same way.
 
+:func:`leading_messages` and :func:`opening_message` read what a conversation's turns share
+(its leading system messages, its opening message): what names a conversation for OpenAI's
+``prompt_cache_key`` and for the router's tier.
+
 (The compress stage's question is a third reading, of the turn it compresses:
 :mod:`gateway.compression.messages`.) Each is computed once per request and kept on the
 request's context (``RequestContext.semantic_query``, ``RequestContext.last_user_text``).
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["final_user_text", "last_user_text"]
+__all__ = ["final_user_text", "last_user_text", "leading_messages", "opening_message"]
 
 
 def final_user_text(messages: Any) -> str | None:
@@ -59,3 +63,24 @@ def last_user_text(messages: Any) -> str:
                                  if isinstance(p, dict) and p.get("type") == "text")
             return ""
     return ""
+
+
+def opening_message(messages: Any) -> Any:
+    """The first message (or Responses item) after the leading system and developer ones:
+    what opens the conversation; None when there is none."""
+    if isinstance(messages, str):
+        return messages
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            return message
+    return None
+
+
+def leading_messages(messages: Any) -> list[Any]:
+    """The leading system and developer messages (or Responses items) of a list."""
+    static: list[Any] = []
+    for message in messages or ():
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            break
+        static.append(message)
+    return static

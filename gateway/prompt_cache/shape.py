@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.formats.chat_text import leading_messages, opening_message
 from gateway.prompt_cache import canonical, relocate
 from gateway.prompt_cache.breakpoints import Placed, Ttl, min_tokens_for, place
 from gateway.prompt_cache.cache_keys import CacheKeys
@@ -90,7 +91,8 @@ class Shaping:
         self._placed: Placed | None = None
         self._changed: frozenset[int] = frozenset()
         self._still = False  # this system prompt was seen before, every line alike
-        self._opening = _opening(body.get("input" if api == "responses" else "messages")) \
+        self._opening = opening_message(
+            body.get("input" if api == "responses" else "messages")) \
             if settings.openai_cache_key else None  # read only for a derived cache key
         if settings.detector is not None and settings.detect_changes:
             texts = relocate.system_texts(body, api)
@@ -143,7 +145,7 @@ class Shaping:
             out, moved = relocate.openai(out, self.plan)
         if settings.openai_cache_key and out.get("prompt_cache_key") is None:
             out["prompt_cache_key"] = self._cache_key(out.get("tools"),
-                                                      _leading(out.get("messages")))
+                                                      leading_messages(out.get("messages")))
         self._placed = None
         self._log(0, moved)
         return out
@@ -155,7 +157,7 @@ class Shaping:
         out = self._tools(body)
         if self._settings.openai_cache_key and out.get("prompt_cache_key") is None:
             items = out.get("input")
-            leading = _leading(items) if isinstance(items, list) else []
+            leading = leading_messages(items) if isinstance(items, list) else []
             out["prompt_cache_key"] = self._cache_key(out.get("tools"),
                                                       [out.get("instructions"), *leading])
         self._placed = None
@@ -187,30 +189,9 @@ class Shaping:
             self._memory.remember(self._key, self._placed.prefixes)
 
 
-def _opening(messages: Any) -> Any:
-    """The first message (or Responses item) after the leading system and developer ones:
-    what opens the conversation; None when there is none."""
-    if isinstance(messages, str):
-        return messages
-    for message in messages if isinstance(messages, list) else ():
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
-            return message
-    return None
-
-
 def _custom_only(kind: ClassifyLine) -> ClassifyLine:
     """``kind`` with only the operator's patterns (``custom``) left."""
     def custom(line: str) -> str | None:
         found = kind(line)
         return found if found == "custom" else None
     return custom
-
-
-def _leading(messages: Any) -> list[Any]:
-    """The leading system and developer messages (or Responses items) of a list."""
-    static: list[Any] = []
-    for message in messages or ():
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
-            break
-        static.append(message)
-    return static

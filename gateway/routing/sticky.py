@@ -29,6 +29,8 @@ from typing import Any
 
 import orjson
 
+from gateway.formats.chat_text import leading_messages, opening_message
+
 __all__ = ["ConversationTiers", "conversation_id", "scored_digest"]
 
 
@@ -46,19 +48,11 @@ def conversation_id(key_id: str | None, router: str, chat: dict[str, Any]
     messages = chat.get("messages")
     if not isinstance(messages, list):
         return None, False
-    leading: list[Any] = []
-    opening, continues = None, False
-    for message in messages:
-        role = message.get("role") if isinstance(message, dict) else None
-        if opening is None and role in ("system", "developer"):
-            leading.append(message)
-        elif opening is None:
-            opening = message
-        elif role == "assistant":
-            continues = True
-            break
+    leading, opening = leading_messages(messages), opening_message(messages)
     if opening is None:
         return None, False
+    continues = any(isinstance(m, dict) and m.get("role") == "assistant"
+                    for m in messages[len(leading) + 1:])
     try:
         shared = orjson.dumps([chat.get("tools"), leading, opening],
                               option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
