@@ -66,7 +66,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,123 +74,27 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from processes import ROOT, free_port, stop, wait_ready
+from streams_faults import (
+    FAULTS,
+    ITL_MS,
+    LATE_MS,
+    READ_TIMEOUT_MS,
+    SCALE,
+    STALL_MS,
+    TOKENS,
+    TTFT_MS,
+    Faults,
+    draw,
+    mid_stream,
+)
+from streams_verdict import error_of, parse_sse, text_of, verdict
 
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
 
-SCALE = 20  # every time below is the real one / SCALE
-TTFT_MS, ITL_MS, TOKENS = 50, 10, 24
-LATE_MS = 20 * TTFT_MS  # the first token 20x late (1 s: 20 s real)
-STALL_MS = 60_000 // SCALE  # 3 s: 60 s real
-READ_TIMEOUT_MS = 120_000 // SCALE  # the hosted upstreams' default read timeout, scaled
-#: (fault, share of requests), drawn in this order from one uniform number.
-FAULTS = (("late", 0.05), ("stall", 0.02), ("cut", 0.02), ("error", 0.01))
 KINDS = ("openai", "anthropic", "continuable")
 KEY_ENV = "BENCH_STREAMS_ANTHROPIC_KEY"
-
-
-def draw(rng: random.Random, tokens: int = TOKENS) -> tuple[str | None, dict[str, str]]:
-    """One request's fault and the fake's steering headers for it (``x-fake-bench-*``, which
-    :class:`Faults` turns into the fakes' ``x-fake-*`` on the first attempt only)."""
-    u, at = rng.random(), 0.0
-    for fault, share in FAULTS:
-        at += share
-        if u < at:
-            break
-    else:
-        return None, {}
-    if fault == "late":
-        return fault, {"x-fake-bench-first-token-ms": str(LATE_MS - TTFT_MS)}
-    if fault == "stall":
-        return fault, {"x-fake-bench-stall-after": str(rng.randint(1, tokens - 1)),
-                       "x-fake-bench-stall-ms": str(STALL_MS), "x-fake-bench-ping-ms": "250"}
-    name = "die-after" if fault == "cut" else "error-midway"
-    return fault, {f"x-fake-bench-{name}": str(rng.randint(0, tokens - 1))}
-
-
-def mid_stream(headers: dict[str, str]) -> bool:
-    """Whether the fault comes after content reached the client (a continuation's case)."""
-    after = [v for k, v in headers.items() if k.endswith(("stall-after", "die-after", "midway"))]
-    return bool(after) and int(after[0]) > 0
-
-
-def parse_sse(body: bytes) -> list[tuple[str | None, str]]:
-    """(event name, data) of each SSE event in ``body``; comments and ``id:`` lines left out."""
-    out: list[tuple[str | None, str]] = []
-    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
-        name, data = None, []
-        for line in block.decode().split("\n"):
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].lstrip())
-        if data:
-            out.append((name, "\n".join(data)))
-    return out
-
-
-def text_of(api: str, events: list[tuple[str | None, str]]) -> str:
-    """The answer's text in ``events`` (chat content deltas; Messages text deltas)."""
-    parts = []
-    for _, data in events:
-        if data == "[DONE]":
-            continue
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if api == "chat":
-            for choice in obj.get("choices") or ():
-                parts.append((choice.get("delta") or {}).get("content") or "")
-        elif obj.get("type") == "content_block_delta" and obj["delta"]["type"] == "text_delta":
-            parts.append(obj["delta"]["text"])
-    return "".join(parts)
-
-
-def verdict(api: str, status: int, events: list[tuple[str | None, str]], reference: str) -> str:
-    """``whole`` (well formed, the reference text), ``error`` (an explicit error: an HTTP
-    error, or an error event and no clean end) or ``silent`` (anything else: a truncation or
-    a malformed stream the client could take for an answer)."""
-    if status != 200:
-        return "error"
-    try:
-        objs = [(name, None if data == "[DONE]" else orjson.loads(data)) for name, data in events]
-    except orjson.JSONDecodeError:
-        return "silent"  # a malformed event
-    if api == "chat":
-        errored = any(o is not None and "error" in o for _, o in objs)
-        clean = bool(objs) and objs[-1][1] is None
-        roles = sum(1 for _, o in objs if o and any("role" in (c.get("delta") or {})
-                                                     for c in o.get("choices") or ()))
-        ends = sum(1 for _, o in objs if o and any(c.get("finish_reason")
-                                                    for c in o.get("choices") or ()))
-    else:
-        errored = any(n == "error" or (o or {}).get("type") == "error" for n, o in objs)
-        clean = bool(objs) and (objs[-1][1] or {}).get("type") == "message_stop"
-        roles = sum(1 for _, o in objs if (o or {}).get("type") == "message_start")
-        ends = sum(1 for _, o in objs if (o or {}).get("type") == "message_delta"
-                   and o["delta"].get("stop_reason"))
-    if errored and not clean:
-        return "error"
-    whole = clean and not errored and roles == 1 and ends == 1
-    return "whole" if whole and text_of(api, events) == reference else "silent"
-
-
-def error_of(status: int, events: list[tuple[str | None, str]]) -> str:
-    """An explicit error's code as the client read it (``http <status>`` for an HTTP error;
-    the error event's ``code``, else its ``type``)."""
-    if status != 200:
-        return f"http {status}"
-    for _, data in reversed(events):
-        try:
-            obj = orjson.loads(data) if data != "[DONE]" else None
-        except orjson.JSONDecodeError:
-            continue
-        error = obj.get("error") if isinstance(obj, dict) else None
-        if isinstance(error, dict):
-            return str(error.get("code") or error.get("type"))
-    return "none"
 
 
 def p99(values: list[float]) -> float | None:
@@ -200,36 +103,6 @@ def p99(values: list[float]) -> float | None:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1)
 
-
-class Faults:
-    """ASGI wrapper of a fake: ``/<upstream>/...`` is served as ``/...``; a request's
-    ``x-fake-bench-*`` headers become the fake's ``x-fake-*`` the first time its
-    ``x-fake-bench-id`` is seen, and are dropped on later attempts; calls are counted per
-    request id's kind (the id's prefix)."""
-
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app, self.seen, self.calls = app, set[str](), Counter[str]()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers, rid = [], ""
-            for k, v in scope["headers"]:
-                if k == b"x-fake-bench-id":
-                    rid = v.decode()
-            first = rid not in self.seen
-            self.seen.add(rid)
-            self.calls[rid.split(":")[0]] += 1
-            for k, v in scope["headers"]:
-                if k.startswith(b"x-fake-bench-"):
-                    if first and k != b"x-fake-bench-id":
-                        headers.append((b"x-fake-" + k[len(b"x-fake-bench-"):], v))
-                else:
-                    headers.append((k, v))
-            path = scope["path"]
-            if not path.startswith("/v1/"):  # /<upstream>/v1/...
-                path = "/" + path.split("/", 2)[2]
-            scope = {**scope, "headers": headers, "path": path, "raw_path": path.encode()}
-        await self.app(scope, receive, send)
 
 
 def config(port: int, openai: int, anthropic: int, policy: Path) -> str:
