@@ -284,7 +284,10 @@ def test_tool_calls_and_json_schema_outputs_validate_on_all_three_apis(
 
 def test_a_responses_function_tool_round_trip_on_the_local_engine(
         make_run: tuple[str, LogSink]) -> None:
-    """Turn 1 (streamed): a named function's call, its arguments valid. Turn 2 chains it
+    """Turn 1 (streamed, greedy, room for the longest string the grammar allows: a sampled
+    argument may ramble to its bound, and an answer cut at max_output_tokens ends
+    ``response.incomplete``, which the SDK's get_final_response refuses): a named function's
+    call, its arguments valid. Turn 2 chains it
     with ``previous_response_id`` and gives the call's output: the engine answers in text,
     and the chain's items are the call and its output."""
     url = make_run[0]
@@ -295,7 +298,7 @@ def test_a_responses_function_tool_round_trip_on_the_local_engine(
         with client.responses.stream(
                 model="smollm2", input="What is the weather in Paris?", tools=[weather],
                 tool_choice={"type": "function", "name": "get_weather"},
-                max_output_tokens=48, extra_headers=NO_CACHE) as stream:
+                temperature=0, max_output_tokens=128, extra_headers=NO_CACHE) as stream:
             first = stream.get_final_response()
         [call] = [item for item in first.output if item.type == "function_call"]
         assert call.name == "get_weather"
