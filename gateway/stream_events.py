@@ -32,7 +32,8 @@ __all__ = ["CONTENT", "END", "OPENING", "PING", "alive", "kind_of"]
 
 OPENING, PING, CONTENT, END = 0, 1, 2, 3
 
-_DELTA_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
+_DELTA_FIELDS = ("content", "tool_calls", "function_call", "reasoning_content", "reasoning",
+                 "refusal")
 _ANTHROPIC_END = frozenset(("message_delta", "message_stop", "error"))
 _RESPONSES_END = frozenset(("response.completed", "response.failed", "response.incomplete",
                             "error"))
@@ -88,9 +89,10 @@ def _openai(data: bytes) -> int:
         if not isinstance(choice, dict):
             continue
         delta = choice.get("delta")
-        if isinstance(delta, dict) and (delta.get("tool_calls") or delta.get("function_call")
-                                        or any(delta.get(k) for k in _DELTA_FIELDS)):
-            return CONTENT
+        if isinstance(delta, dict):
+            for field in _DELTA_FIELDS:
+                if delta.get(field):
+                    return CONTENT
         if choice.get("text"):  # legacy completions
             return CONTENT
         if choice.get("finish_reason") is not None:

@@ -23,11 +23,12 @@ times (:class:`~gateway.ttft_window.TtftWindow`), the shorter when both. The las
 request can make (its last target's last try, or any when the retry budget is spent) has
 none: cutting it would only turn a slow answer into an error.
 
-**Stalls** (:class:`_Watched`, the rest of the stream once it answers, where the policy
-watches it): once the answer streams, no upstream event but pings or
-comments for ``stream_idle_timeout_ms`` (time the relay spends sending to a slow client
-does not count), or fewer content events a second than ``min_tokens_per_s`` over
-``pace_window_s``, closes the upstream's response and raises
+**Stalls**: once the answer streams, nothing but pings or comments from the upstream for
+``stream_idle_timeout_ms`` (watched by the upstream response's own read timer,
+:meth:`~gateway.upstreams.base.UpstreamResponse.watch_idle`: no second timer, no layer on
+every chunk; bytes waiting while the relay sends to a slow client are no silence), or, where
+set, fewer content events a second than ``min_tokens_per_s`` over ``pace_window_s``
+(:class:`_Paced`), ends the upstream's response and raises
 :class:`~gateway.errors.UpstreamStalled` where the stream is read: the relay ends the
 client's stream with it as an error event in the client's format, never a clean end
 (unless :mod:`gateway.continuation` continues it where the target can). Silence before the first delta is the deadline's (a
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -51,6 +51,7 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
+from functools import partial
 from typing import Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -59,7 +60,7 @@ from prometheus_client.registry import Collector
 from gateway.breaker import State
 from gateway.config import Target
 from gateway.context import RequestContext
-from gateway.errors import FirstTokenTimeout, UpstreamError, UpstreamStalled
+from gateway.errors import FirstTokenTimeout, UpstreamStalled
 from gateway.guard import Guard
 from gateway.metric_labels import at_zero
 from gateway.models import model_key
@@ -208,8 +209,11 @@ class Attempts:
                     if kind == CONTENT:
                         self.watch.sample(target, (time.perf_counter() - self._started) * 1000,
                                           self._size)
-                        if rule.stream_idle_timeout_ms or rule.min_tokens_per_s:
-                            chunks = _Watched(chunks, response, self, target, rule)
+                        if rule.stream_idle_timeout_ms:  # watched by the chunks' own timer
+                            response.watch_idle(rule.stream_idle_timeout_ms / 1000,
+                                                partial(self.stalled, target, "idle"))
+                        if rule.min_tokens_per_s:
+                            chunks = _Paced(chunks, response, self, target, rule)
                     return chunks, b"".join(parts)
         return chunks, b"".join(parts)
 
@@ -220,109 +224,44 @@ class Attempts:
         self.ctx.record.stalled = reason
 
 
-class _Watched:
-    """The rest of an answering stream's chunks, watched for stalls under ``rule``.
-    Silence is measured only while the reader waits for the upstream (time the relay spends
-    sending to a slow client is not the upstream's), with one timer moved lazily, as the
-    read timeout's (gateway.upstreams.openai._Chunks)."""
+class _Paced:
+    """The rest of an answering stream's chunks, held to ``rule``'s minimum pace: content
+    events per second of waiting for the upstream (time the relay spends sending to a slow
+    client is not the upstream's), over each ``pace_window_s`` of it."""
 
-    __slots__ = ("__weakref__", "_attempts", "_deadline", "_events", "_idle_s", "_inner",
-                 "_loop", "_min_rate", "_response", "_returned", "_target", "_timer",
-                 "_wait_began", "_waited", "_waiting", "_window_s", "stalled")
+    __slots__ = ("_attempts", "_events", "_inner", "_loop", "_min_rate", "_response",
+                 "_target", "_waited", "_window_s", "stalled")
 
     def __init__(self, inner: AsyncIterator[bytes], response: UpstreamResponse,
                  attempts: Attempts, target: Target, rule: StreamWatchRule) -> None:
         self._inner, self._response = inner, response
         self._attempts, self._target = attempts, target
         self._loop = asyncio.get_running_loop()
-        self._idle_s = rule.stream_idle_timeout_ms / 1000
         self._min_rate, self._window_s = rule.min_tokens_per_s, rule.pace_window_s
-        now = self._returned = self._loop.time()
-        self._deadline = now + self._idle_s
-        self._wait_began = self._waited = 0.0
+        self._waited = 0.0
         self._events = 0
-        self._waiting = False
-        self._timer: asyncio.TimerHandle | None = None
-        if self._idle_s:
-            self._timer = self._loop.call_at(self._deadline, _check, weakref.ref(self))
-        #: Why the stream stalled (STALL_REASONS), once it has.
-        self.stalled: str | None = None
+        #: Set once the stream fell under the pace.
+        self.stalled = False
 
-    def __aiter__(self) -> _Watched:
+    def __aiter__(self) -> _Paced:
         return self
 
     async def __anext__(self) -> bytes:
-        if self.stalled is not None:
-            raise self._error()
-        now = self._loop.time()
-        self._deadline += now - self._returned  # the relay's time is no silence
-        self._wait_began, self._waiting = now, True
-        try:
-            chunk = await self._inner.__anext__()
-        except (UpstreamError, StopAsyncIteration) as exc:
-            self._stop()
-            if self.stalled is not None:
-                raise self._error() from exc
-            raise
-        finally:
-            self._waiting = False
-        now = self._returned = self._loop.time()
-        live = alive(chunk)
-        if live:
-            self._deadline = now + self._idle_s
-        if self._min_rate:
-            self._pace(now, live)
-        return chunk
-
-    def _pace(self, now: float, live: bool) -> None:
-        """Content events per second of waiting, over each ``pace_window_s`` of it."""
-        self._waited += now - self._wait_began
-        self._events += live
+        if self.stalled:
+            name = self._target.upstream
+            raise UpstreamStalled(f"upstream {name!r} stalled: under {self._min_rate:g} "
+                                  f"tokens/s over {self._window_s:g} s", reason="slow")
+        began = self._loop.time()
+        chunk = await self._inner.__anext__()
+        self._waited += self._loop.time() - began
+        self._events += alive(chunk)
         if self._waited >= self._window_s:
-            if self._events / self._waited < self._min_rate:
-                self._stall("slow")  # this chunk still goes out; the next read raises
+            if self._events / self._waited < self._min_rate:  # this chunk still goes out;
+                self.stalled = True                          # the next read raises
+                self._attempts.stalled(self._target, "slow")
+                self._response.close()  # the upstream stops
             self._waited, self._events = 0.0, 0
-
-    def check(self) -> None:
-        """The idle timer fired: a stall when the reader has waited past the deadline,
-        else the timer moved to it."""
-        self._timer = None
-        if self.stalled is not None or self._response.at_eof():
-            return
-        now = self._loop.time()
-        if not self._waiting:  # the relay is sending: the deadline moves at the next read
-            self._timer = self._loop.call_at(now + self._idle_s, _check, weakref.ref(self))
-        elif now >= self._deadline:
-            self._stall("idle")
-        else:
-            self._timer = self._loop.call_at(self._deadline, _check, weakref.ref(self))
-
-    def _stall(self, reason: str) -> None:
-        self.stalled = reason
-        self._stop()
-        self._attempts.stalled(self._target, reason)
-        self._response.close()  # the upstream stops; a read under way fails
-
-    def _error(self) -> UpstreamStalled:
-        name = self._target.upstream
-        if self.stalled == "slow":
-            return UpstreamStalled(f"upstream {name!r} stalled: under {self._min_rate:g} "
-                                   f"tokens/s over {self._window_s:g} s", reason="slow")
-        return UpstreamStalled(f"upstream {name!r} stalled: no event for "
-                               f"{self._idle_s * 1000:.0f} ms", reason="idle")
-
-    def _stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-
-def _check(ref: weakref.ref[_Watched]) -> None:
-    """The idle timer's callback; a stream already dropped is left alone (the timer holds
-    it weakly: a stream the client left ends its own watch)."""
-    watched = ref()
-    if watched is not None:
-        watched.check()
+        return chunk
 
 
 class StreamWatchCollector(Collector):

@@ -63,12 +63,14 @@ class TtftWindow:
         n = len(self._ms)
         if n < min_samples or n == 0 or factor <= 0:
             return None
-        if self._stale >= self.RESORT or len(self._sorted_ms) != n:
+        if self._stale >= self.RESORT or not self._sorted_ms:
             self._sorted_ms = sorted(self._ms)
             ordered = sorted(self._bytes)
             self._median_bytes = float(ordered[n // 2])
             self._stale = 0
-        at = self._sorted_ms[min(n - 1, max(0, math.ceil(percentile * n) - 1))]
+        ms = self._sorted_ms  # up to RESORT samples behind, as the window fills too
+        n = len(ms)
+        at = ms[min(n - 1, max(0, math.ceil(percentile * n) - 1))]
         scale = size / self._median_bytes if self._median_bytes and size > self._median_bytes \
             else 1.0
         return max(floor_ms, factor * at * scale)

@@ -71,6 +71,9 @@ class _Tracked(UpstreamResponse):
     def iter_chunks(self) -> AsyncIterator[bytes]:
         return self._inner.iter_chunks()
 
+    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
+        self._inner.watch_idle(idle_s, on_stall)
+
     async def read(self) -> bytes:
         return await self._inner.read()
 

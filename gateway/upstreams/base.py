@@ -59,6 +59,12 @@ class UpstreamResponse(abc.ABC):
         """Body bytes as they arrive (chunk boundaries are the transport's)."""
 
     @abc.abstractmethod
+    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
+        """Once :meth:`iter_chunks` is read: from now on, ``idle_s`` (s) with no event but
+        pings or comments arriving is a stall, ``on_stall()`` called and the chunks raising
+        :class:`~gateway.errors.UpstreamStalled` (gateway.stream_watch)."""
+
+    @abc.abstractmethod
     async def read(self) -> bytes:
         """The rest of the body."""
 

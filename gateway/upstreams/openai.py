@@ -10,13 +10,14 @@ httpx-aiohttp transport 2,412 req/s, aiohttp 7,219 req/s at concurrency 32.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
 from gateway.config import UpstreamConfig
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import UpstreamError, UpstreamStalled, UpstreamTimeout, UpstreamUnreachable
 from gateway.http import HeaderAllow
+from gateway.stream_events import alive
 from gateway.upstreams.base import RawHeaders, Upstream, UpstreamRequest, UpstreamResponse
 
 __all__ = ["OpenAIUpstream"]
@@ -31,17 +32,26 @@ class _Chunks:
     instructions, about two reads a streamed event): one timer for the body, moved only
     when it fires. It fires ``timeout_s`` after the last chunk taken; the body has timed out
     when nothing arrived since that chunk (bytes that arrived but wait to be taken are no
-    silence: aiohttp too stops its timer while the reader lags)."""
+    silence: aiohttp too stops its timer while the reader lags).
 
-    __slots__ = ("_content", "_last", "_loop", "_name", "_taken", "_timeout_s", "_timer")
+    Once :meth:`watch_idle` is called (the answer streams: gateway.stream_watch), the same
+    timer also watches for a stall: ``idle_s`` since the last chunk taken that held more
+    than pings and comments (``gateway.stream_events.alive``), nothing waiting to be taken,
+    and the chunks raise :class:`~gateway.errors.UpstreamStalled`."""
+
+    __slots__ = ("_alive", "_content", "_idle_s", "_last", "_loop", "_name", "_on_stall",
+                 "_stalled", "_taken", "_timeout_s", "_timer")
 
     def __init__(self, content: aiohttp.StreamReader, name: str, timeout_s: float) -> None:
         self._content = content
         self._name = name
         self._timeout_s = timeout_s
         self._loop = asyncio.get_running_loop()
-        self._last = self._loop.time()
+        self._last = self._alive = self._loop.time()
         self._taken = content.total_bytes
+        self._idle_s = 0.0
+        self._on_stall: Callable[[], None] | None = None
+        self._stalled = False
         self._timer: asyncio.TimerHandle | None = self._loop.call_at(
             self._last + timeout_s, self._check)
 
@@ -52,24 +62,49 @@ class _Chunks:
         try:
             chunk = await self._content.readany()
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            if self._stalled:
+                raise UpstreamStalled(f"upstream {self._name!r} stalled: no event for "
+                                      f"{self._idle_s * 1000:.0f} ms", reason="idle") from exc
             raise UpstreamTimeout(f"upstream {self._name!r} went silent mid-response") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"upstream {self._name!r} broke off mid-response") from exc
         if not chunk:
             self.stop()
             raise StopAsyncIteration
-        self._last = self._loop.time()
+        now = self._last = self._loop.time()
         self._taken += len(chunk)
+        # pings and comments are no sign of an answer (two slice comparisons, the common case)
+        if self._idle_s and (chunk[:1] != b":" and chunk[:11] != b"event: ping"
+                             or alive(chunk)):
+            self._alive = now
         return chunk
+
+    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
+        """From now on, ``idle_s`` (s, > 0) without an event but pings or comments is a
+        stall: ``on_stall()`` is called and the next read raises UpstreamStalled."""
+        self._idle_s, self._on_stall = idle_s, on_stall
+        self._alive = self._loop.time()
+        if self._timer is not None and self._alive + idle_s < self._timer.when():
+            self._timer.cancel()
+            self._timer = self._loop.call_at(self._alive + idle_s, self._check)
+
+    def _due(self) -> float:
+        due = self._last + self._timeout_s
+        return min(due, self._alive + self._idle_s) if self._idle_s else due
 
     def _check(self) -> None:
         now = self._loop.time()
-        if now < self._last + self._timeout_s:  # a chunk was taken since it was set
-            self._timer = self._loop.call_at(self._last + self._timeout_s, self._check)
+        if now < self._due():  # a chunk was taken since it was set
+            self._timer = self._loop.call_at(self._due(), self._check)
         elif self._content.total_bytes > self._taken:  # arrived, not taken yet: no silence
-            self._timer = self._loop.call_at(now + self._timeout_s, self._check)
+            self._timer = self._loop.call_at(now + min(self._timeout_s, self._idle_s
+                                                       or self._timeout_s), self._check)
         else:
             self._timer = None
+            if self._idle_s and now >= self._alive + self._idle_s:
+                self._stalled = True
+                if self._on_stall is not None:
+                    self._on_stall()
             self._content.set_exception(
                 aiohttp.ServerTimeoutError("Timeout on reading data from socket"))
 
@@ -98,6 +133,10 @@ class _AiohttpResponse(UpstreamResponse):
             connection.protocol.read_timeout = None
         self._chunks = _Chunks(self._resp.content, self._name, self._timeout_s)
         return self._chunks
+
+    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
+        if self._chunks is not None:
+            self._chunks.watch_idle(idle_s, on_stall)
 
     async def read(self) -> bytes:
         try:
