@@ -35,6 +35,7 @@ continuation. Counted in the log's ``continued`` and
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -83,10 +84,16 @@ def method_of(policy: StreamWatchPolicy, upstream: Upstream, model: str) -> str 
     (continue_final_message: the local engine, the policy's ``continue_upstreams``),
     ``"prefill"`` (an Anthropic model of ``prefill_models``) or None."""
     if upstream.api == "anthropic":
-        return "prefill" if any(fnmatch.fnmatchcase(model, p) for p in policy.prefill_models) \
-            else None
+        return "prefill" if _prefilled(policy.prefill_models, model) else None
     return "continue" if upstream.continues_final_message \
         or upstream.name in policy.continue_upstreams else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _prefilled(patterns: tuple[str, ...], model: str) -> bool:
+    """Whether ``model`` matches one of ``patterns`` (fnmatch), remembered: asked on every
+    streamed Anthropic request."""
+    return any(fnmatch.fnmatchcase(model, p) for p in patterns)
 
 
 def client_stream(opened: Opened, dispatcher: Dispatcher, bodies: Outbound,

@@ -77,6 +77,11 @@ def _json(data: bytes) -> Any:
 def _openai(data: bytes) -> int:
     if data == b"[DONE]":
         return END
+    # the common answering chunk, told without parsing it: a non-empty "content" string (a
+    # key's quotes are never inside a JSON string, where they are escaped)
+    at = data.find(b'"content":"')
+    if at >= 0 and data[at + 11:at + 12] != b'"':
+        return CONTENT
     obj = _json(data)
     if not isinstance(obj, dict):
         return OPENING

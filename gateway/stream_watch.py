@@ -199,7 +199,9 @@ class Attempts:
         upstream = self._dispatching.upstreams[target.upstream]
         api = "responses" if upstream.native_responses and self.ctx.api.name == "responses" \
             else upstream.api
-        chunks, rule = response.iter_chunks(), self._rule
+        rule = self._rule
+        idle_s = rule.stream_idle_timeout_ms / 1000
+        chunks = response.iter_chunks(idle_s)
         reader, parts = EventReader(), []
         async for chunk in chunks:
             parts.append(chunk)
@@ -209,9 +211,8 @@ class Attempts:
                     if kind == CONTENT:
                         self.watch.sample(target, (time.perf_counter() - self._started) * 1000,
                                           self._size)
-                        if rule.stream_idle_timeout_ms:  # watched by the chunks' own timer
-                            response.watch_idle(rule.stream_idle_timeout_ms / 1000,
-                                                partial(self.stalled, target, "idle"))
+                        if idle_s:  # watched by the chunks' own timer
+                            response.watch_idle(idle_s, partial(self.stalled, target, "idle"))
                         if rule.min_tokens_per_s:
                             chunks = _Paced(chunks, response, self, target, rule)
                     return chunks, b"".join(parts)

@@ -19,27 +19,26 @@ but as a peak-weighted mean, which cannot say what share of attempts a deadline 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 
 __all__ = ["TtftWindow"]
 
 
 class TtftWindow:
-    """The last ``SIZE`` (ttft_ms, request bytes) samples of one target, in a ring. The
-    sorted views behind :meth:`deadline_ms` are recomputed every ``RESORT`` samples (a
-    sort of 256 floats, not one per request)."""
+    """The last ``SIZE`` (ttft_ms, request bytes) samples of one target, in a ring, each
+    also kept sorted (a bisection and a move of at most 256 pointers a sample: re-sorting
+    on demand cost ~10k instructions a request)."""
 
     SIZE = 256
-    RESORT = 16
 
-    __slots__ = ("_bytes", "_median_bytes", "_ms", "_next", "_sorted_ms", "_stale")
+    __slots__ = ("_bytes", "_ms", "_next", "_sorted_bytes", "_sorted_ms")
 
     def __init__(self) -> None:
         self._ms: list[float] = []
         self._bytes: list[int] = []
         self._next = 0
         self._sorted_ms: list[float] = []
-        self._median_bytes = 0.0
-        self._stale = 0
+        self._sorted_bytes: list[int] = []
 
     def __len__(self) -> int:
         return len(self._ms)
@@ -50,9 +49,13 @@ class TtftWindow:
             self._ms.append(ms)
             self._bytes.append(size)
         else:
-            self._ms[self._next], self._bytes[self._next] = ms, size
-            self._next = (self._next + 1) % self.SIZE
-        self._stale += 1
+            at = self._next
+            del self._sorted_ms[bisect_left(self._sorted_ms, self._ms[at])]
+            del self._sorted_bytes[bisect_left(self._sorted_bytes, self._bytes[at])]
+            self._ms[at], self._bytes[at] = ms, size
+            self._next = (at + 1) % self.SIZE
+        insort(self._sorted_ms, ms)
+        insort(self._sorted_bytes, size)
 
     def deadline_ms(self, size: int, percentile: float, factor: float, floor_ms: float,
                     min_samples: int) -> float | None:
@@ -60,17 +63,11 @@ class TtftWindow:
         ``percentile`` (0-1) of the samples, times the request's size over the median
         sample's when larger, at least ``floor_ms``; None while fewer than ``min_samples``
         samples (a cold target is not cut on no evidence)."""
-        n = len(self._ms)
+        ms = self._sorted_ms
+        n = len(ms)
         if n < min_samples or n == 0 or factor <= 0:
             return None
-        if self._stale >= self.RESORT or not self._sorted_ms:
-            self._sorted_ms = sorted(self._ms)
-            ordered = sorted(self._bytes)
-            self._median_bytes = float(ordered[n // 2])
-            self._stale = 0
-        ms = self._sorted_ms  # up to RESORT samples behind, as the window fills too
-        n = len(ms)
         at = ms[min(n - 1, max(0, math.ceil(percentile * n) - 1))]
-        scale = size / self._median_bytes if self._median_bytes and size > self._median_bytes \
-            else 1.0
+        median = self._sorted_bytes[n // 2]
+        scale = size / median if median and size > median else 1.0
         return max(floor_ms, factor * at * scale)

@@ -68,8 +68,8 @@ class _Tracked(UpstreamResponse):
         self._state: Replica | None = state
         self.status, self.headers = inner.status, inner.headers
 
-    def iter_chunks(self) -> AsyncIterator[bytes]:
-        return self._inner.iter_chunks()
+    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
+        return self._inner.iter_chunks(idle_s)
 
     def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
         self._inner.watch_idle(idle_s, on_stall)

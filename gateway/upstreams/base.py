@@ -55,8 +55,9 @@ class UpstreamResponse(abc.ABC):
     headers: RawHeaders
 
     @abc.abstractmethod
-    def iter_chunks(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive (chunk boundaries are the transport's)."""
+    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive (chunk boundaries are the transport's); ``idle_s``:
+        the idle timeout :meth:`watch_idle` will start, if any (s)."""
 
     @abc.abstractmethod
     def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:

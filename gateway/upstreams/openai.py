@@ -42,7 +42,8 @@ class _Chunks:
     __slots__ = ("_alive", "_content", "_idle_s", "_last", "_loop", "_name", "_on_stall",
                  "_stalled", "_taken", "_timeout_s", "_timer")
 
-    def __init__(self, content: aiohttp.StreamReader, name: str, timeout_s: float) -> None:
+    def __init__(self, content: aiohttp.StreamReader, name: str, timeout_s: float,
+                 idle_s: float = 0.0) -> None:
         self._content = content
         self._name = name
         self._timeout_s = timeout_s
@@ -52,8 +53,11 @@ class _Chunks:
         self._idle_s = 0.0
         self._on_stall: Callable[[], None] | None = None
         self._stalled = False
+        # set for the idle timeout to come where it is the shorter (no timer moved when
+        # watch_idle starts it; before that, firing early only sets it again)
+        first = min(timeout_s, idle_s) if idle_s else timeout_s
         self._timer: asyncio.TimerHandle | None = self._loop.call_at(
-            self._last + timeout_s, self._check)
+            self._last + first, self._check)
 
     def __aiter__(self) -> _Chunks:
         return self
@@ -73,10 +77,12 @@ class _Chunks:
             raise StopAsyncIteration
         now = self._last = self._loop.time()
         self._taken += len(chunk)
-        # pings and comments are no sign of an answer (two slice comparisons, the common case)
-        if self._idle_s and (chunk[:1] != b":" and chunk[:11] != b"event: ping"
-                             or alive(chunk)):
-            self._alive = now
+        if self._idle_s:
+            # pings and comments are no sign of an answer: a chunk opening with neither
+            # ":" nor "e" (OpenAI's "data: ...") is one at the cost of an index
+            first = chunk[0]
+            if first != 58 and first != 101 or alive(chunk):
+                self._alive = now
         return chunk
 
     def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
@@ -84,8 +90,9 @@ class _Chunks:
         stall: ``on_stall()`` is called and the next read raises UpstreamStalled."""
         self._idle_s, self._on_stall = idle_s, on_stall
         self._alive = self._loop.time()
-        if self._timer is not None and self._alive + idle_s < self._timer.when():
-            self._timer.cancel()
+        timer = self._timer
+        if timer is not None and self._alive + idle_s < timer.when():
+            timer.cancel()  # (only where the read timeout is the longer)
             self._timer = self._loop.call_at(self._alive + idle_s, self._check)
 
     def _due(self) -> float:
@@ -126,12 +133,12 @@ class _AiohttpResponse(UpstreamResponse):
         self.status = resp.status
         self.headers = resp.raw_headers
 
-    def iter_chunks(self) -> AsyncIterator[bytes]:
+    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
         # The body's read timeout is the chunks' from here on (see _Chunks).
         connection = self._resp.connection
         if connection is not None and connection.protocol is not None:
             connection.protocol.read_timeout = None
-        self._chunks = _Chunks(self._resp.content, self._name, self._timeout_s)
+        self._chunks = _Chunks(self._resp.content, self._name, self._timeout_s, idle_s)
         return self._chunks
 
     def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
