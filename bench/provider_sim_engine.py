@@ -182,7 +182,7 @@ class Engine:
                 raise SimError(529, "overloaded_error", "Overloaded", "529")
             raise SimError(503, "server_error", "The server is overloaded or not ready yet.",
                            "503")
-        words, finished = self._answer(model.name, body, max_tokens)
+        words, finished = self._continued(api, model.name, body, max_tokens)
         base = p.base_ms if model.base_ms is None else model.base_ms
         ttft = ((base + p.ms_per_uncached_token * uncached + p.ms_per_cached_token * cached)
                 * math.exp(self.rng.gauss(0.0, p.ttft_sigma)))
@@ -228,6 +228,27 @@ class Engine:
             checked.append((bucket, cost))
         for bucket, cost in checked:
             bucket.take(cost)
+
+    def _continued(self, api: str, model: str, body: dict[str, Any], max_tokens: int
+                   ) -> tuple[list[str], bool]:
+        """The answer, or where the last message is an assistant text the answer to the rest
+        starts with (an Anthropic prefill; ``continue_final_message`` on OpenAI's API, as
+        vLLM takes it), what follows that text: as a server that continues it would."""
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else None
+        if isinstance(last, dict) and last.get("role") == "assistant" and isinstance(
+                last.get("content"), str) and (api == "anthropic"
+                                               or body.get("continue_final_message")):
+            rest = {**body, "messages": messages[:-1]}
+            words, finished = self._answer(model, rest, 0)
+            said = last["content"].split()
+            if said and words[:len(said)] == said:
+                after = words[len(said):]
+                if after:  # the first word after the text's last, a space between
+                    after[0] = " " + after[0]
+                cut = min(len(after), max_tokens) if max_tokens else len(after)
+                return after[:cut], finished and cut == len(after)
+        return self._answer(model, body, max_tokens)
 
     def _answer(self, model: str, body: dict[str, Any], max_tokens: int) -> tuple[list[str],
                                                                                      bool]:

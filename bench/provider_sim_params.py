@@ -177,3 +177,11 @@ def _check_keys(cls: type, d: dict[str, Any], what: str, required: bool = True) 
                    and f.default is MISSING and f.default_factory is MISSING]
         if missing:
             raise ValueError(f"{what}: missing {missing}")
+
+
+#: ``bench/workload.py --faults NAME``: fault mixes over the defaults. ``issue48``: issue 48's
+#: (2% 500s, 1% streams cut after a random token, 1% stalls: a 20 s pause mid-answer).
+FAULTS: dict[str, dict[str, float]] = {
+    "issue48": {"fault_500": 0.02, "fault_overloaded": 0.0, "fault_cut": 0.01,
+                "fault_stall": 0.01, "stall_midstream_share": 1.0, "stall_pause_ms": 20_000.0},
+}

@@ -3,6 +3,7 @@ on) and LiteLLM, side by side in one run, against a provider simulator.
 
     python bench/workload.py [--n 600] [--seed 47] [--paths direct,default,every,litellm]
                              [--ablate [STAGE,...]] [--repeat N] [--baseline-rev REV] [--json FILE]
+                             [--faults issue48] (and path ``continue``: CONTINUE_POLICY)
 
 - The provider: ``bench/provider_sim.py`` (OpenAI chat and Anthropic Messages, its latency
   model, prompt caching, token-per-minute limit and faults: every parameter printed), a
@@ -52,6 +53,7 @@ if str(ROOT) not in sys.path:  # run as a script: bench.* and tests.* from the c
     sys.path.insert(0, str(ROOT))
 
 from bench.processes import free_port, wait_ready
+from bench.provider_sim_params import FAULTS, SimParams
 from bench.workload_client import replay
 from bench.workload_report import (
     gaps,
@@ -74,11 +76,12 @@ MODELS = {"gpt-4o": ("openai", "gpt-4o"), "gpt-4o-mini": ("openai", "gpt-4o-mini
           "claude-haiku-4-5": ("anthropic", "claude-haiku-4-5")}
 
 DEFAULT_POLICY = 'version = "workload-default"\n'
-
+#: ``continue``: the default policy, the OpenAI models' upstream continuation-capable (as a
+#: vLLM's, continue_final_message: the simulator continues a text as such a server does).
+CONTINUE_POLICY = DEFAULT_POLICY + '[stream_watch]\ncontinue_upstreams = ["openai"]\n'
 #: Every stage on: the semantic cache, compression (its gate deciding when it pays), routing
 #: by difficulty with the mix's models opted in (a weak tier of the same API), the rest as by
-#: default.
-#: router family -> (its weak model, its strong one: the model clients name, opted in).
+#: default. ROUTERS: router family -> (its weak model, its strong one, opted in).
 ROUTERS = {"gpt": ("gpt-4o-mini", "gpt-4o"), "claude": ("claude-haiku-4-5", "claude-sonnet-4-5")}
 EVERY_POLICY = """version = "workload-every-stage"
 
@@ -112,8 +115,6 @@ TPM = 450_000
 
 def sim_defaults() -> dict[str, Any]:
     """The simulator's parameters for this bench: its defaults."""
-    from bench.provider_sim import SimParams
-
     return SimParams().to_dict()
 
 
@@ -125,10 +126,8 @@ def gateway_toml(port: int, sim: str, policy: str) -> str:
 port = {port}
 policy = "{policy}"
 policy_reload = false
-
 [logging]
 requests = true
-
 [cache]
 enabled = true
 backend = "memory"
@@ -298,6 +297,7 @@ def main() -> int:
     ap.add_argument("--paths", default="direct,default,every,litellm")
     ap.add_argument("--ablate", nargs="?", const=",".join(STAGES), default="",
                     help="every-stage runs, one stage off at a time (all, or these stages)")
+    ap.add_argument("--faults", choices=sorted(FAULTS), help="the simulator's faults so")
     ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
     ap.add_argument("--json", type=Path, help="write the full results here")
     ap.add_argument("--repeat", type=int, default=1, help="rounds, each on its own seeded "
@@ -306,7 +306,7 @@ def main() -> int:
                     "gateway (path default@REV)")
     args = ap.parse_args()
 
-    policies = {"default": DEFAULT_POLICY, "every": EVERY_POLICY}
+    policies = {"default": DEFAULT_POLICY, "every": EVERY_POLICY, "continue": CONTINUE_POLICY}
     paths = [(name, policies.get(name)) for name in args.paths.split(",")]
     for stage in filter(None, args.ablate.split(",")):
         if stage not in STAGES:
@@ -334,7 +334,7 @@ def main() -> int:
         # round i: its own arrivals, conversations and provider noise; the paths of a round
         # see the same ones (a paired comparison)
         mix_params = MixParams(n=args.n, warmup=args.warmup, seed=args.seed + i, tpm_limit=TPM)
-        sim_params = {**sim_defaults(), "seed": i}
+        sim_params = {**sim_defaults(), **FAULTS.get(args.faults, {}), "seed": i}
         here = work / f"round-{i}" if args.repeat > 1 else work
         here.mkdir(exist_ok=True)
         rounds.append(run_round(paths, build(mix_params), mix_params, sim_params, here,

@@ -206,6 +206,30 @@ def test_stall_pauses_mid_stream() -> None:
         assert app.requests[-1]["output_tokens"] == 10
 
 
+def test_a_text_given_back_is_continued_as_a_continuing_server_would(
+        sim: tuple[str, ProviderSim]) -> None:
+    """An Anthropic prefill, or OpenAI's API with ``continue_final_message``, holding the
+    start of the answer: the simulator sends what follows it, so the two read as the
+    whole answer (issue 48's continuation, benchmarked on bench/workload.py)."""
+    url = sim[0]
+    claude = anthropic.Anthropic(base_url=url, api_key="k-cont", max_retries=0)
+    ask = [{"role": "user", "content": "continue me"}]
+    whole = claude.messages.create(model=CLAUDE, max_tokens=400, messages=ask)
+    text = whole.content[0].text  # type: ignore[union-attr]
+    said = " ".join(text.split()[:4])
+    rest = claude.messages.create(model=CLAUDE, max_tokens=400, messages=[
+        *ask, {"role": "assistant", "content": said}])
+    assert said + rest.content[0].text == text  # type: ignore[union-attr]
+    gpt = openai.OpenAI(base_url=url + "/v1", api_key="k-cont", max_retries=0)
+    whole_gpt = gpt.chat.completions.create(model="gpt-4o", messages=ask)
+    text = whole_gpt.choices[0].message.content or ""
+    said = " ".join(text.split()[:4])
+    rest_gpt = gpt.chat.completions.create(
+        model="gpt-4o", messages=[*ask, {"role": "assistant", "content": said}],
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert said + (rest_gpt.choices[0].message.content or "") == text
+
+
 def test_refusals_in_each_providers_format(sim: tuple[str, ProviderSim]) -> None:
     url, _app = sim
     oai = {"authorization": "Bearer k"}
