@@ -75,6 +75,24 @@ def test_what_the_provider_received_is_held_to_the_contract(tmp_path: Path) -> N
     assert out["examples"][0].startswith("b: ")
 
 
+def test_a_continuation_after_a_cut_is_counted_apart_not_as_a_change(tmp_path: Path) -> None:
+    """The gateway's resend of a cut stream (its text so far as a final assistant message,
+    max_tokens lowered) is the same request continued, not a request whose meaning changed."""
+    body = {"model": "gpt-4o", "stream": True, "max_tokens": 256,
+            "messages": [{"role": "user", "content": "hi"}]}
+    record = tmp_path / "up.jsonl"
+    resent = {**body, "max_tokens": 240, "continue_final_message": True,
+              "add_generation_prompt": False,
+              "messages": [*body["messages"], {"role": "assistant", "content": "the first"}]}
+    record.write_bytes(b"\n".join(orjson.dumps(
+        {"path": "/v1/chat/completions", "headers": {"x-request-id": "a"}, "body": b})
+        for b in ({**body, "stream_options": {"include_usage": True}}, resent)))
+    out = meaning_changed(run("default", [result("a", "x")], record=record),
+                          {"a": Req("a", body=body)}, {"gpt-4o": ("openai", "gpt-4o")},
+                          compress=False)
+    assert (out["checked"], out["changed"], out["continuations"]) == (1, 0, 1)
+
+
 @dataclass(frozen=True)
 class Retrieval:
     id: str
