@@ -28,7 +28,7 @@ import orjson
 
 from llm_wire.sse import Event, parse_event
 
-__all__ = ["CONTENT", "END", "OPENING", "PING", "alive", "kind_of"]
+__all__ = ["CONTENT", "END", "OPENING", "PING", "alive", "kind_of", "retryable_error"]
 
 OPENING, PING, CONTENT, END = 0, 1, 2, 3
 
@@ -59,6 +59,32 @@ def kind_of(api: str, event: Event) -> int:
             return CONTENT
         return END if kind in _RESPONSES_END else OPENING
     return _openai(data)
+
+
+#: In-band error types that are the request's own fault: sent again, it fails again.
+_CLIENT_ERRORS = frozenset(("invalid_request_error", "authentication_error", "permission_error",
+                            "not_found_error", "request_too_large", "billing_error",
+                            "context_length_exceeded", "invalid_prompt"))
+
+
+def retryable_error(api: str, event: Event) -> str | None:
+    """The error type of ``event`` (an END event of ``api``'s stream) where it is an error
+    event another attempt may not meet (a server's fault: overloaded, api_error,
+    server_error...; unknown types too), else None (a finish, or the request's own fault)."""
+    name, data = event
+    obj = _json(data)
+    if not isinstance(obj, dict):
+        return None
+    if api == "responses" and (name or obj.get("type")) == "response.failed":
+        obj = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+    error = obj.get("error")
+    if api == "responses" and (name or obj.get("type")) == "error":
+        error = obj
+    if not isinstance(error, dict):
+        return None
+    kind = error.get("type") if api != "responses" else error.get("code")
+    kind = kind if isinstance(kind, str) and kind else "error"
+    return None if kind in _CLIENT_ERRORS or error.get("code") in _CLIENT_ERRORS else kind
 
 
 def _type(data: bytes) -> str | None:

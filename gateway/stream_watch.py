@@ -60,12 +60,12 @@ from prometheus_client.registry import Collector
 from gateway.breaker import State
 from gateway.config import Target
 from gateway.context import RequestContext
-from gateway.errors import FirstTokenTimeout, UpstreamStalled
+from gateway.errors import FirstTokenTimeout, UpstreamError, UpstreamStalled
 from gateway.guard import Guard
 from gateway.metric_labels import at_zero
 from gateway.models import model_key
 from gateway.retry_budget import RetryBudget
-from gateway.stream_events import CONTENT, alive, kind_of
+from gateway.stream_events import CONTENT, END, alive, kind_of, retryable_error
 from gateway.stream_watch_policy import StreamWatchRule
 from gateway.ttft_window import TtftWindow
 from gateway.upstreams.base import Upstream, UpstreamResponse
@@ -139,7 +139,8 @@ class Attempts:
     :meth:`timed` wraps an attempt in its first-token deadline, :meth:`opening` reads its
     stream up to the first token."""
 
-    __slots__ = ("_dispatching", "_rule", "_size", "_started", "_tries", "ctx", "targets",
+    __slots__ = ("_dispatching", "_followed", "_rule", "_size", "_started", "_tries", "ctx",
+                 "targets",
                  "watch")
 
     def __init__(self, watch: StreamWatch, ctx: RequestContext,
@@ -152,6 +153,8 @@ class Attempts:
         self._size = len(ctx.raw)  # the prompt's size, as the learned deadline scales it
         self._tries: dict[int, int] = {}
         self._started = 0.0
+        #: Whether another attempt can follow the one under way (its failures are retried).
+        self._followed = False
 
     def timed(self, attempt: Callable[[Upstream, Target], Awaitable[R]]
               ) -> Callable[[Upstream, Target], Awaitable[R]]:
@@ -187,7 +190,8 @@ class Attempts:
                     and dispatching.guards[t.upstream].breaker.state != State.OPEN
                     for t in targets[at + 1:])
         more = later or tries < self.ctx.policy.retry.max_attempts
-        if not more or dispatching.budget.tokens < 1.0:
+        self._followed = more and dispatching.budget.tokens >= 1.0
+        if not self._followed:
             return None, later
         return self.watch.deadline_ms(self._rule, target, self._size), later
 
@@ -208,6 +212,13 @@ class Attempts:
             for event in reader.feed(chunk):
                 kind = kind_of(api, event)
                 if kind >= CONTENT:  # the answer, or its end: an empty answer, an error
+                    if kind == END and self._followed:
+                        # an in-band error before any answer: a failure before the first
+                        # byte, retried (the last attempt's goes to the client as it is)
+                        failed = retryable_error(api, event)
+                        if failed is not None:
+                            raise UpstreamError(f"upstream {target.upstream!r} sent an error "
+                                                f"event before its first token ({failed})")
                     if kind == CONTENT:
                         self.watch.sample(target, (time.perf_counter() - self._started) * 1000,
                                           self._size)

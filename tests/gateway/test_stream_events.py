@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.stream_events import CONTENT, END, OPENING, PING, alive, kind_of
+from gateway.stream_events import CONTENT, END, OPENING, PING, alive, kind_of, retryable_error
 
 
 @pytest.mark.parametrize(("data", "kind"), [
@@ -54,3 +54,22 @@ def test_pings_and_comments_are_not_alive_anything_else_is() -> None:
     assert alive(b'data: {"choices":[]}\n\n')
     assert alive(b': keepalive\n\nevent: content_block_delta\ndata: {}\n\n')
     assert alive(b'event: ping\ndata: {"type": "ping"}\n\nevent: message_stop\ndata: {}\n\n')
+
+
+def test_an_error_event_is_told_retryable_or_the_requests_own_fault() -> None:
+    """A server's in-band error (overloaded, api_error, server_error, an unknown type) may
+    not meet another attempt; the request's own fault would: it is relayed as it is."""
+    openai_error = (None, b'{"error": {"type": "server_error", "message": "overloaded"}}')
+    assert retryable_error("openai", openai_error) == "server_error"
+    bad = (None, b'{"error": {"type": "invalid_request_error", "message": "no"}}')
+    assert retryable_error("openai", bad) is None
+    overloaded = ("error", b'{"type": "error", "error": {"type": "overloaded_error"}}')
+    assert retryable_error("anthropic", overloaded) == "overloaded_error"
+    failed = ("response.failed", (b'{"type": "response.failed", "response": {"error": '
+                                 b'{"code": "server_error", "message": "x"}}}'))
+    assert retryable_error("responses", failed) == "server_error"
+    assert retryable_error("responses", ("error", (b'{"type": "error", "code": '
+                                                  b'"context_length_exceeded"}'))) is None
+    finish = (None, b'{"choices": [{"delta": {}, "finish_reason": "stop"}]}')
+    assert retryable_error("openai", finish) is None
+    assert retryable_error("openai", (None, b"[DONE]")) is None

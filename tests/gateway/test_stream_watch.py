@@ -134,6 +134,48 @@ def test_a_stream_that_breaks_before_its_first_token_fails_over_too(
     assert gw.logged()[0]["upstream"] == "quick"
 
 
+def test_an_error_event_before_the_first_token_fails_over(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """An upstream that opens its stream, then sends an in-band server error before any
+    answer (overloaded): retried as a failure before the first byte, the client reads the
+    other target's answer whole, one role chunk and no error."""
+    gw = make_gateway(upstreams(fake_server.url, '"x-fake-error-midway" = "0"'),
+                      policy=policy("", "max_attempts = 1"))
+    events = sse(gw.v1 + "/chat/completions", CHAT)
+    data = [d for n, d in events if n is None]
+    assert chat_text(events) == WORDS and data[-1] == "[DONE]"
+    assert len([d for d in data if '"role"' in d]) == 1 and not any('"error"' in d for d in data)
+    log = gw.logged()[0]
+    assert (log["upstream"], log["retries"], log["error_type"]) == ("quick", 1, None)
+
+
+def test_the_last_attempts_error_event_reaches_the_client_with_the_upstreams_type(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """Where nothing could follow, the in-band error is relayed as the upstream sent it."""
+    gw = make_gateway(upstreams(fake_server.url, '"x-fake-error-midway" = "0"').replace(
+        '{ upstream = "quick", model = "m" }', ""), policy=policy("", "max_attempts = 1"))
+    data = [d for n, d in sse(gw.v1 + "/chat/completions", CHAT) if n is None]
+    assert orjson.loads(data[-1])["error"]["type"] == "server_error"
+    assert gw.logged()[0]["error_type"] == "server_error"
+
+
+def test_an_anthropic_error_event_before_the_first_token_fails_over(
+        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
+    app, url = claude_server
+    app.clear()
+    gw = make_gateway(upstreams(url, '"x-fake-error-midway" = "0"', "anthropic"),
+                      policy=policy("", "max_attempts = 1"))
+    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client, \
+            client.messages.stream(model="watched", max_tokens=50,
+                                   messages=[{"role": "user", "content": "hi"}]) as stream:
+        assert stream.get_final_text() == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
+    assert gw.logged()[0]["retries"] == 1
+
+
 def test_a_first_token_within_the_deadline_is_not_cut(
         make_gateway: Callable[..., GatewayServer], fake_server: Any,
         fake: FakeUpstream) -> None:
