@@ -139,9 +139,8 @@ class Attempts:
     :meth:`timed` wraps an attempt in its first-token deadline, :meth:`opening` reads its
     stream up to the first token."""
 
-    __slots__ = ("_dispatching", "_followed", "_rule", "_size", "_started", "_tries", "ctx",
-                 "targets",
-                 "watch")
+    __slots__ = ("_cut", "_dispatching", "_followed", "_rule", "_size", "_started", "_tries",
+                 "ctx", "targets", "watch")
 
     def __init__(self, watch: StreamWatch, ctx: RequestContext,
                  targets: Sequence[Target], dispatching: _Dispatching) -> None:
@@ -155,6 +154,7 @@ class Attempts:
         self._started = 0.0
         #: Whether another attempt can follow the one under way (its failures are retried).
         self._followed = False
+        self._cut = False  # the attempt under way was cut at its first-token deadline
 
     def timed(self, attempt: Callable[[Upstream, Target], Awaitable[R]]
               ) -> Callable[[Upstream, Target], Awaitable[R]]:
@@ -165,12 +165,25 @@ class Attempts:
             deadline, later = self._deadline(target)
             if deadline is None:
                 return await attempt(upstream, target)
+            # asyncio.timeout's way, with one timer and no context manager, and a veto: at
+            # the deadline the attempt is cut only if the retry budget still has a token
+            # for the attempt that follows (else it runs on: a slow answer, not an error)
+            task = asyncio.current_task()
+            assert task is not None
+            cancelling, loop = task.cancelling(), asyncio.get_running_loop()
+            self._cut = False
+            timer = loop.call_at(loop.time() + deadline / 1000, self._expire, task)
             try:
-                async with asyncio.timeout(deadline / 1000) as timeout:
-                    return await attempt(upstream, target)
-            except TimeoutError:
-                if not timeout.expired():
+                result = await attempt(upstream, target)
+            except asyncio.CancelledError:
+                if not self._cut or task.uncancel() > cancelling:
                     raise
+            else:
+                if self._cut:
+                    task.uncancel()
+                return result
+            finally:
+                timer.cancel()
             watch = self.watch
             watch.sample(target, deadline, self._size)  # at least that long: a lower bound
             name = target.upstream
@@ -179,6 +192,12 @@ class Attempts:
             raise FirstTokenTimeout(f"upstream {name!r} sent no first token within "
                                     f"{deadline:.0f} ms", next_target=later)
         return run
+
+    def _expire(self, task: asyncio.Task[object]) -> None:
+        """The first-token deadline passed: cut the attempt, where another may follow."""
+        if self._dispatching.budget.tokens >= 1.0:
+            self._cut = True
+            task.cancel()
 
     def _deadline(self, target: Target) -> tuple[float | None, bool]:
         """The attempt's deadline (None: none, as for the last attempt the request can make)
