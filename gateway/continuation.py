@@ -45,7 +45,7 @@ import orjson
 from gateway.concurrency import Shed
 from gateway.config import Target
 from gateway.context import RequestContext, Stream
-from gateway.continued_text import Transcript
+from gateway.continued_text import InBandError, Transcript
 from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.bridge import TranslatedStream
 from gateway.formats.translator import Translator
@@ -151,7 +151,11 @@ class Continuing:
         failure = self._failure
         while True:
             if failure is not None:  # raises it where no continuation can follow
-                out, failure = await self._continue(failure)
+                try:
+                    out, failure = await self._continue(failure)
+                except InBandError as exc:  # the upstream's own error event ends it, as
+                    yield exc.event         # without continuation (its type kept)
+                    return
                 if out:
                     yield out
                 continue

@@ -20,13 +20,22 @@ import orjson
 from gateway.errors import UpstreamError
 from llm_wire.sse import cut_events, parse_event
 
-__all__ = ["Transcript"]
+__all__ = ["InBandError", "Transcript"]
 
 _BLOCKING = ("tool_calls", "function_call", "reasoning_content", "reasoning", "refusal")
 
 
+class InBandError(UpstreamError):
+    """An error event the upstream sent in its stream: ``event``, its bytes (one whole SSE
+    event), for the client where no continuation follows (its type kept, as without one)."""
+
+    def __init__(self, message: str, event: bytes) -> None:
+        super().__init__(message)
+        self.event = event
+
+
 class _Broken(Exception):
-    """An in-band error event: the attempt failed (its event is not relayed)."""
+    """An in-band error event: the attempt failed (args: what goes out before it, the event)."""
 
 
 class Transcript:
@@ -61,7 +70,8 @@ class Transcript:
             return self.feed(chunk), None
         except _Broken as exc:
             self._rest = b""
-            return exc.args[0], UpstreamError("the upstream sent an error event mid-stream")
+            return exc.args[0], InBandError("the upstream sent an error event mid-stream",
+                                            exc.args[1])
 
     def cut(self, held: str) -> int:
         """The current attempt failed; ``held``: the text's end left out of the prefill
@@ -94,7 +104,7 @@ class Transcript:
                 kept = self._anthropic(name, data, raw) if self._api == "anthropic" \
                     else self._openai(data, raw)
             except _Broken:
-                raise _Broken(b"".join(out)) from None
+                raise _Broken(b"".join(out), raw + b"\n\n") from None
             if kept is not None:
                 out.append(kept + b"\n\n")
         return b"".join(out)

@@ -256,3 +256,18 @@ def test_a_stream_under_a_json_schema_is_not_continued(
         "type": "object", "properties": {"a": {"type": "string"}}}}}
     events = sse(gw.v1 + "/chat/completions", {**CHAT, "response_format": schema})
     assert "error" in orjson.loads(events[-1][1]) and gw.logged()[0]["continued"] == 0
+
+
+def test_the_last_attempts_error_event_before_any_text_keeps_the_upstreams_type(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """On a continuable target, an in-band error before any text on the request's last
+    attempt: nothing to continue, so the client reads the upstream's own error event (its
+    type, as without continuation), not a generic one; never [DONE]."""
+    gw = make_gateway(upstreams(fake_server.url, '"x-fake-error-midway" = "0"').replace(
+        '{ upstream = "quick", model = "m" }', ""), policy=policy(CONTINUE, "max_attempts = 1"))
+    events = sse(gw.v1 + "/chat/completions", CHAT)
+    assert orjson.loads(events[-1][1])["error"]["type"] == "server_error"
+    assert all(d != "[DONE]" for _, d in events)
+    log = gw.logged()[0]
+    assert (log["error_type"], log["continued"]) == ("server_error", 0)
