@@ -20,12 +20,20 @@ ANTHROPIC_KEY_ENV = "GATEWAY_TEST_RESPONSES_ANTHROPIC_KEY"
 
 
 @pytest.fixture
-def with_claude(make_gateway: Callable[..., GatewayServer],
-                claude_server: tuple[FakeAnthropic, str],
-                monkeypatch: pytest.MonkeyPatch) -> tuple[GatewayServer, FakeAnthropic]:
+def claude_upstream(claude_server: tuple[FakeAnthropic, str],
+                    monkeypatch: pytest.MonkeyPatch) -> tuple[FakeAnthropic, str]:
+    """The module's fake Anthropic upstream, its records cleared, its key in
+    ``ANTHROPIC_KEY_ENV`` (for a gateway's ``api_key_env``)."""
     monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
     app, url = claude_server
     app.clear()
+    return app, url
+
+
+@pytest.fixture
+def with_claude(make_gateway: Callable[..., GatewayServer],
+                claude_upstream: tuple[FakeAnthropic, str]) -> tuple[GatewayServer, FakeAnthropic]:
+    app, url = claude_upstream
     gw = make_gateway(f"""
 [upstreams.claude]
 type = "anthropic"

@@ -19,7 +19,6 @@ from gateway.stream_watch_policy import PREFILL_MODELS
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.conftest import GatewayServer
-from tests.gateway.conftest import ANTHROPIC_KEY_ENV
 from tests.gateway.test_stream_watch import chat_text, metric, policy, sse, upstreams
 
 CHAT = {"model": "watched", "stream": True, "messages": [{"role": "user", "content": "hi"}],
@@ -81,11 +80,9 @@ def test_a_stalled_chat_stream_is_continued(
 
 
 def test_an_anthropic_stream_with_an_error_event_is_continued_from_a_prefill(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
+    app, url = claude_upstream
     gw = make_gateway(upstreams(url, '"x-fake-error-midway" = "3"', "anthropic").replace(
         'model = "m"', 'model = "claude-sonnet-4-5"'), policy=policy(""))
     events = sse(gw.url + "/v1/messages", MESSAGES, AV)
@@ -146,11 +143,9 @@ def test_a_model_not_marked_continuable_ends_with_an_error_event(
 
 
 def test_an_anthropic_model_that_refuses_prefill_ends_with_an_error_event(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
+    url = claude_upstream[1]
     gw = make_gateway(upstreams(url, '"x-fake-die-after" = "3"', "anthropic").replace(
         'model = "m"', 'model = "claude-opus-4-6"'), policy=policy(""))
     events = sse(gw.url + "/v1/messages", MESSAGES, AV)
@@ -170,13 +165,11 @@ def test_a_request_is_continued_at_most_max_continuations_times(
 
 
 def test_a_prefill_is_sent_without_its_trailing_whitespace_and_the_text_stays_whole(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
     """The text so far ends in a space, which Anthropic refuses in a prefill: it is sent
     without it, and the space the continuation repeats is not sent twice."""
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+    app, url = claude_upstream
     gw = make_gateway(upstreams(url, '"x-fake-die-after" = "3", "x-fake-space-after" = "1"',
                                 "anthropic").replace('model = "m"', 'model = "claude-3-5-haiku"'),
                       policy=policy(""))
@@ -231,11 +224,9 @@ def test_an_anthropic_client_on_a_continuable_openai_compatible_target_reads_one
 
 
 def test_a_stream_cut_in_its_thinking_ends_with_an_error_event(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
+    url = claude_upstream[1]
     gw = make_gateway(upstreams(url, '"x-fake-thinking" = "4", "x-fake-stall-after" = "2", '
                                 '"x-fake-ping-ms" = "20"', "anthropic").replace(
         'model = "m"', 'model = "claude-sonnet-4-5"'),

@@ -162,11 +162,9 @@ def test_the_last_attempts_error_event_reaches_the_client_with_the_upstreams_typ
 
 
 def test_an_anthropic_error_event_before_the_first_token_fails_over(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
+    url = claude_upstream[1]
     gw = make_gateway(upstreams(url, '"x-fake-error-midway" = "0"', "anthropic"),
                       policy=policy("", "max_attempts = 1"))
     with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client, \
@@ -214,11 +212,9 @@ def test_the_learned_deadline_cuts_an_attempt_far_past_the_targets_usual_first_t
 
 
 def test_an_anthropic_client_gets_one_message_start_after_a_failover(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
+    url = claude_upstream[1]
     gw = make_gateway(upstreams(url, '"x-fake-first-token-ms" = "5000", "x-fake-ping-ms" = '
                                 '"20"', "anthropic"), policy=policy("first_token_ms = 150"))
     body = {"model": "watched", "max_tokens": 50, "stream": True,
@@ -279,11 +275,9 @@ def test_a_chat_stream_that_stalls_ends_with_an_error_event_not_done(
 
 
 def test_an_anthropic_stream_that_stalls_ends_with_an_error_event(
-        make_gateway: Callable[..., GatewayServer], claude_server: tuple[FakeAnthropic, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ANTHROPIC_KEY_ENV, "sk-ant-upstream")
-    app, url = claude_server
-    app.clear()
+        make_gateway: Callable[..., GatewayServer],
+        claude_upstream: tuple[FakeAnthropic, str]) -> None:
+    url = claude_upstream[1]
     gw = stalled(make_gateway, url, "anthropic")
     body = {"model": "watched", "max_tokens": 50, "stream": True,
             "messages": [{"role": "user", "content": "hi"}]}
