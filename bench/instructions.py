@@ -214,12 +214,14 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                       steering: dict[str, str], requests: int, warmup: int, top: int,
                       baseline_rev: str | None, keep: Path | None = None,
                       rev: str | None = None,
-                      cases: Sequence[tuple[str, str, bool]] = CASES) -> dict[str, Any]:
+                      cases: Sequence[tuple[str, str, bool]] = CASES,
+                      policy_extra: str = "") -> dict[str, Any]:
     """The floors, this gateway (the working tree's, or revision ``rev``'s) and (with
     ``baseline_rev``) that revision's, one at a time, each served by fakes steered by
     ``steering`` (``x-fake-*`` headers); ``keep``: a folder for the dumps, the processes'
     output and configs (else a temporary one); ``cases``: :data:`CASES`, and
-    :data:`RESPONSES_CASES` with them (the baseline runs :data:`CASES` only)."""
+    :data:`RESPONSES_CASES` with them (the baseline runs :data:`CASES` only);
+    ``policy_extra``: TOML appended to this gateway's policy (not the baseline's)."""
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} not found: install valgrind (apt-get install valgrind)")
@@ -254,7 +256,8 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                     port = free_port()
                     home = work / f"{name}-config"
                     home.mkdir(exist_ok=True)
-                    (home / "policy.toml").write_text(POLICY)
+                    (home / "policy.toml").write_text(
+                        POLICY + (policy_extra if name == "gateway" else ""))
                     config = CONFIG.format(port=port, openai=fake["openai"],
                                            anthropic=fake["anthropic"])
                     if "forward_headers" not in (source / "gateway" / "config.py").read_text():
@@ -348,7 +351,8 @@ def main(args: argparse.Namespace, bodies: dict[str, Any], paths: dict[str, str]
     found = uvloop.run(measure_all(
         bodies, paths, steering, args.instructions_requests, args.instructions_warmup,
         args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev,
-        CASES + tuple(c for c in RESPONSES_CASES if c[1] in args.apis)))
+        CASES + tuple(c for c in RESPONSES_CASES if c[1] in args.apis),
+        args.instructions_policy.read_text() if args.instructions_policy else ""))
     checks = acceptance(found["results"])
     doc = {"bench": "overhead_instructions", "counter": "callgrind Ir",
            "python": sys.version.split()[0], "pythonhashseed": ENV["PYTHONHASHSEED"],

@@ -68,7 +68,7 @@ line starting ``instructions per request:``.
 
     python bench/overhead.py --instructions [--instructions-requests 200] [--rev REV]
                              [--baseline-rev 360af9b] [--instructions-top 20]
-                             [--instructions-keep DIR]
+                             [--instructions-keep DIR] [--instructions-policy TOML]
 """
 
 from __future__ import annotations
@@ -306,6 +306,9 @@ def main() -> int:
                         help="also each case's K functions by self cost")
     parser.add_argument("--instructions-keep", type=Path, metavar="DIR",
                         help="keep the callgrind dumps (callgrind_annotate, kcachegrind) here")
+    parser.add_argument("--instructions-policy", type=Path, metavar="TOML",
+                        help="--instructions: appended to the gateway's policy (not the "
+                             "baseline's): a feature's cost, on against off")
     parser.add_argument("--baseline-rev", help="--instructions: also this git revision's")
     parser.add_argument("--rev", help="--instructions: this git revision's gateway instead "
                                       "of the working tree's")

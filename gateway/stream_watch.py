@@ -139,8 +139,8 @@ class Attempts:
     :meth:`timed` wraps an attempt in its first-token deadline, :meth:`opening` reads its
     stream up to the first token."""
 
-    __slots__ = ("_cut", "_dispatching", "_followed", "_rule", "_size", "_started", "_tries",
-                 "ctx", "targets", "watch")
+    __slots__ = ("_cut", "_dispatching", "_followed", "_quiet", "_rule", "_size", "_started",
+                 "_tries", "ctx", "targets", "watch")
 
     def __init__(self, watch: StreamWatch, ctx: RequestContext,
                  targets: Sequence[Target], dispatching: _Dispatching) -> None:
@@ -155,11 +155,19 @@ class Attempts:
         #: Whether another attempt can follow the one under way (its failures are retried).
         self._followed = False
         self._cut = False  # the attempt under way was cut at its first-token deadline
+        rule = self._rule
+        #: Nothing to watch (every deadline and timeout of the rule off): an attempt is not
+        #: timed and its stream is not read ahead to the first token (as before the watch).
+        self._quiet = not (rule.first_token_ms or rule.first_token_factor
+                           or rule.stream_idle_timeout_ms or rule.min_tokens_per_s)
 
     def timed(self, attempt: Callable[[Upstream, Target], Awaitable[R]]
               ) -> Callable[[Upstream, Target], Awaitable[R]]:
         """``attempt`` under the target's first-token deadline, where another attempt could
         follow; raises FirstTokenTimeout when it passes."""
+        if self._quiet:
+            return attempt
+
         async def run(upstream: Upstream, target: Target) -> R:
             self._started = time.perf_counter()
             deadline, later = self._deadline(target)
@@ -203,11 +211,15 @@ class Attempts:
         """The attempt's deadline (None: none, as for the last attempt the request can make)
         and whether another target could take the request after this one."""
         dispatching, targets = self._dispatching, self.targets
-        at = next(i for i, t in enumerate(targets) if t is target)
+        at = 0 if targets[0] is target else next(
+            i for i, t in enumerate(targets) if t is target)
         tries = self._tries[at] = self._tries.get(at, 0) + 1
-        later = any(dispatching.upstreams[t.upstream].enabled
-                    and dispatching.guards[t.upstream].breaker.state != State.OPEN
-                    for t in targets[at + 1:])
+        later = False
+        for t in targets[at + 1:]:
+            if dispatching.upstreams[t.upstream].enabled \
+                    and dispatching.guards[t.upstream].breaker.state != State.OPEN:
+                later = True
+                break
         more = later or tries < self.ctx.policy.retry.max_attempts
         self._followed = more and dispatching.budget.tokens >= 1.0
         if not self._followed:
@@ -218,7 +230,12 @@ class Attempts:
                       ) -> tuple[AsyncIterator[bytes], bytes]:
         """Read ``response``'s stream up to and including the event that holds its first
         text, tool-call or reasoning delta (or ends it); returns the rest of the stream,
-        watched for stalls from then on, and what was read (to be sent as one)."""
+        watched for stalls from then on, and what was read (to be sent as one). With
+        nothing to watch, only the first chunk is read (an attempt failing before it is
+        still retried)."""
+        if self._quiet:
+            chunks = response.iter_chunks()
+            return chunks, await anext(chunks, b"")
         upstream = self._dispatching.upstreams[target.upstream]
         api = "responses" if upstream.native_responses and self.ctx.api.name == "responses" \
             else upstream.api

@@ -79,9 +79,10 @@ class _Chunks:
         self._taken += len(chunk)
         if self._idle_s:
             # pings and comments are no sign of an answer: a chunk opening with neither
-            # ":" nor "e" (OpenAI's "data: ...") is one at the cost of an index
+            # ":" nor "event: ping" (OpenAI's "data: ...", Anthropic's other events) is one
+            # at the cost of an index and a slice
             first = chunk[0]
-            if first != 58 and first != 101 or alive(chunk):
+            if first != 58 and (first != 101 or chunk[:11] != b"event: ping") or alive(chunk):
                 self._alive = now
         return chunk
 

@@ -319,3 +319,29 @@ def test_a_stream_under_the_minimum_pace_is_a_stall(
     events = sse(gw.v1 + "/chat/completions", CHAT)
     assert orjson.loads(events[-1][1])["error"]["code"] == "upstream_stalled"
     assert gw.logged()[0]["stalled"] == "slow"
+
+
+# -- nothing to watch ----------------------------------------------------------------------
+
+QUIET = ("first_token_factor = 0\nstream_idle_timeout_ms = 0\nmax_continuations = 0")
+
+
+def test_with_every_watch_off_the_opening_goes_out_before_the_first_token(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """Nothing is read ahead to the first token: the role chunk reaches the client while
+    the upstream still thinks, and a late first token is waited for, as before the watch."""
+    gw = make_gateway(upstreams(fake_server.url, '"x-fake-first-token-ms" = "1500"'),
+                      policy=policy(QUIET))
+    with httpx.Client(timeout=10) as c, c.stream("POST", gw.v1 + "/chat/completions",
+                                                 json=CHAT) as r:
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data:"))
+        assert '"role"' in first  # the opening chunk, before the first token exists
+        assert not fake.wait_for(lambda rs: rs)[0].chunks_sent > 1
+        rest = "\n".join([first, *lines])
+    assert "w0 w1" in "".join(orjson.loads(line[5:])["choices"][0]["delta"].get("content")
+                              or "" for line in rest.splitlines()
+                              if line.startswith("data:") and "[DONE]" not in line)
+    log = gw.logged()[0]
+    assert log["upstream"] == "slow" and log["first_token_timeouts"] == 0
