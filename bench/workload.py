@@ -4,6 +4,7 @@ on) and LiteLLM, side by side in one run, against a provider simulator.
     python bench/workload.py [--n 600] [--seed 47] [--paths direct,default,every,litellm]
                              [--ablate [STAGE,...]] [--repeat N] [--baseline-rev REV] [--json FILE]
                              [--faults issue48] (and path ``continue``: CONTINUE_POLICY)
+                             [--policy NAME=TOML]... (path NAME: the default policy + TOML)
 
 - The provider: ``bench/provider_sim.py`` (OpenAI chat and Anthropic Messages, its latency
   model, prompt caching, token-per-minute limit and faults: every parameter printed), a
@@ -304,10 +305,17 @@ def main() -> int:
                     "mix and provider noise; percentiles pooled over them")
     ap.add_argument("--baseline-rev", help="also the default policy on this git revision's "
                     "gateway (path default@REV)")
+    ap.add_argument("--policy", action="append", default=[], metavar="NAME=TOML",
+                    help="also path NAME: the default policy with this file's TOML appended")
     args = ap.parse_args()
 
     policies = {"default": DEFAULT_POLICY, "every": EVERY_POLICY, "continue": CONTINUE_POLICY}
     paths = [(name, policies.get(name)) for name in args.paths.split(",")]
+    for spec in args.policy:
+        name, _, file = spec.partition("=")
+        if not name or not file:
+            ap.error(f"--policy: NAME=TOML, not {spec!r}")
+        paths.append((name, DEFAULT_POLICY + Path(file).read_text()))
     for stage in filter(None, args.ablate.split(",")):
         if stage not in STAGES:
             ap.error(f"--ablate: unknown stage {stage!r}; one of {', '.join(STAGES)}")

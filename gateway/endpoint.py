@@ -358,7 +358,7 @@ class _Sending:
             except UpstreamError as exc:
                 failed = True
                 rec.error_type, rec.error_code = self.api.error_type(exc), exc.code
-                out = observer.flush() + self.api.error_event(exc)
+                out = observer.flush() + self.api.failure_event(observer, exc)
             finally:
                 ctx.upstream_ended = time.perf_counter()
             ctx.finish_reason = observer.finish_reason

@@ -57,6 +57,8 @@ class ApiFormat:
     (raises InvalidRequest); ``error_status``/``error_type``/``error_body``/``error_event``:
     a GatewayError in this API's shape (``error_type``: the ``error.type`` its client reads,
     which the log line records); ``observer(hide_usage_chunk)``: a stream observer;
+    ``failure_event(observer, error)``: the event ending a stream the upstream broke midway
+    (Responses: ``response.failed``, of the response the observer saw created);
     ``answer_of(parsed_body, allow_tools)`` and ``collector()``: a cacheable Answer from a
     complete (already parsed) or streamed reply; ``answer_body(answer, id)``/``answer_events(answer, body,
     id)``: an Answer served (a cache hit); ``chat_view(body)``: the request as an
@@ -70,6 +72,7 @@ class ApiFormat:
     error_body: Callable[[GatewayError], bytes]
     error_event: Callable[[GatewayError], bytes]
     observer: Callable[[bool], Observer]
+    failure_event: Callable[[Observer, GatewayError], bytes]
     answer_of: Callable[[Any, bool], Answer | None]
     collector: Callable[[], Collector]
     answer_body: Callable[[Answer, str], bytes]
@@ -95,6 +98,18 @@ def _same(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _failure(render: Callable[[GatewayError], bytes]) -> Callable[[Observer, GatewayError],
+                                                                  bytes]:
+    def failure_event(observer: Observer, error: GatewayError) -> bytes:
+        return render(error)
+    return failure_event
+
+
+def _responses_failure(observer: Observer, error: GatewayError) -> bytes:
+    assert isinstance(observer, responses_stream.StreamObserver)
+    return responses_stream.failure_event(observer, error)
+
+
 OPENAI = ApiFormat(
     name="openai",
     parse_request=openai.parse_request,
@@ -103,6 +118,7 @@ OPENAI = ApiFormat(
     error_body=openai.error_body,
     error_event=openai.error_event,
     observer=StreamObserver,
+    failure_event=_failure(openai.error_event),
     answer_of=openai.answer_from_completion,
     collector=openai.AnswerCollector,
     answer_body=openai.completion_body,
@@ -119,6 +135,7 @@ ANTHROPIC = ApiFormat(
     error_body=anthropic.error_body,
     error_event=anthropic.error_event,
     observer=anthropic.StreamObserver,
+    failure_event=_failure(anthropic.error_event),
     answer_of=anthropic.answer_from_message,
     collector=anthropic.AnswerCollector,
     answer_body=anthropic.message_body,
@@ -135,6 +152,7 @@ RESPONSES = ApiFormat(
     error_body=openai.error_body,
     error_event=responses_stream.error_event,
     observer=responses_stream.StreamObserver,
+    failure_event=_responses_failure,
     answer_of=responses.answer_from_response,
     collector=responses_stream.AnswerCollector,
     answer_body=lambda answer, id_: responses.response_body(answer),

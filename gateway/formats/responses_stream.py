@@ -5,6 +5,8 @@ no I/O.
   and metrics need: ``done`` (``response.completed`` or ``response.incomplete`` seen),
   ``errored`` (``error`` or ``response.failed``) with its ``error_type``, ``finish_reason``
   (``stop``, ``tool_calls`` or ``length``) and ``usage`` (in chat's names).
+- :func:`failure_event`: the ``response.failed`` ending a stream the upstream broke midway
+  (the observer keeps the created response and the last ``sequence_number`` for it).
 - :class:`AnswerCollector`: the cacheable answer, from the final response object.
 - :func:`response_events`: an :class:`~gateway.formats.answer.Answer` (a cache hit) as the
   whole event stream, made by the chat-to-Responses stream translator from the answer's own
@@ -26,8 +28,8 @@ from gateway.formats.responses_to_openai.stream import ResponsesStreamFromChat
 from gateway.formats.translator import load_object
 from llm_wire.sse import cut_events, json_event, parse_event
 
-__all__ = ["AnswerCollector", "StreamObserver", "error_event", "events_with", "final_response",
-           "response_events"]
+__all__ = ["AnswerCollector", "StreamObserver", "error_event", "events_with", "failure_event",
+           "final_response", "response_events"]
 
 _END = {"response.completed": "stop", "response.incomplete": "length"}
 _CALLS = ("function_call", "custom_tool_call")
@@ -50,6 +52,8 @@ _NOTED = re.compile(rb'"type":\s*"(?:response\.(?:completed|incomplete|failed)|e
 _FINAL = re.compile(rb"response\.(?:completed|incomplete)")
 _COMPLETED = re.compile(rb"response\.completed")
 _DELTA = b"event: response.output_text.delta\n"
+_SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
+_CREATED = re.compile(rb'"type":\s*"response\.created"')
 
 
 def events_with(block: bytes, markers: re.Pattern[bytes]) -> list[tuple[str | None, bytes]]:
@@ -88,10 +92,14 @@ class StreamObserver:
     """See the module docstring; ``hide_usage_chunk`` is accepted for the shared interface
     (a Responses stream has no usage-only event to drop)."""
 
-    __slots__ = ("_buf", "done", "error_type", "errored", "finish_reason", "usage")
+    __slots__ = ("_buf", "created", "done", "error_type", "errored",
+                 "finish_reason", "sent", "usage")
 
     def __init__(self, hide_usage_chunk: bool = False) -> None:
         self._buf = b""
+        self.sent = 0  # the next event's sequence_number (after the last one passed on)
+        #: The response object of the stream's ``response.created`` (None before it).
+        self.created: dict[str, Any] | None = None
         self.done = False
         self.errored = False
         self.error_type: str | None = None
@@ -103,6 +111,16 @@ class StreamObserver:
         (may be b"")."""
         block, self._buf = cut_events(self._buf + chunk)
         if block:
+            at = block.rfind(b'"sequence_number":')
+            if at >= 0:
+                found = _SEQUENCE.match(block, at)
+                if found:
+                    self.sent = int(found[1]) + 1
+            if self.created is None and b"response.created" in block:
+                for _, data in events_with(block, _CREATED):
+                    response = (load_object(data) or {}).get("response")
+                    if isinstance(response, dict):
+                        self.created = response
             self._observe(block)
         return block
 
@@ -159,6 +177,19 @@ def response_events(answer: Answer, body: dict[str, Any], id_: str) -> bytes:
     it is already complete)."""
     translator = ResponsesStreamFromChat(body)
     return translator.feed(completion_events(answer, True, id_)) + translator.flush()
+
+
+def failure_event(observer: StreamObserver, error: GatewayError) -> bytes:
+    """``response.failed`` ending a stream the upstream broke midway: the response the
+    client saw created, ``status: "failed"`` and ``error`` (``server_error``, the message);
+    the ``error`` event (:func:`error_event`) where no response was created yet."""
+    if observer.created is None:
+        return error_event(error)
+    response = {**observer.created, "status": "failed",  # (the API's own error code: the
+                "error": {"code": "server_error",           # gateway's is in its log line)
+                          "message": error.as_dict().get("message")}}
+    return json_event({"type": "response.failed", "sequence_number": observer.sent,
+                       "response": response}, "response.failed")
 
 
 def error_event(error: GatewayError) -> bytes:

@@ -289,15 +289,36 @@ def test_an_anthropic_stream_that_stalls_ends_with_an_error_event(
     assert gw.logged()[0]["stalled"] == "idle"
 
 
-def test_a_responses_stream_that_stalls_ends_with_an_error_event(
+@pytest.mark.parametrize("native", [True, False], ids=["native", "translated"])
+def test_a_responses_stream_that_stalls_ends_with_response_failed(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream, native: bool) -> None:
+    """The Responses API's own end of a failed response: ``response.failed``, the response
+    the client saw created, failed, with the error; never ``response.completed``."""
+    gw = stalled(make_gateway, fake_server.url,
+                 extra="native_responses = true" if native else "")
+    events = sse(gw.v1 + "/responses", {"model": "watched", "input": "hi", "stream": True})
+    names = [n for n, _ in events]
+    assert names.count("response.output_text.delta") == 2 and names[-1] == "response.failed"
+    assert "response.completed" not in names
+    created = orjson.loads(events[names.index("response.created")][1])["response"]
+    failed = orjson.loads(events[-1][1])
+    assert failed["sequence_number"] == len([n for n in names if n != ":"]) - 1
+    assert failed["response"]["id"] == created["id"]
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"]["code"] == "server_error"
+    assert "stalled" in failed["response"]["error"]["message"]
+    assert gw.logged()[0]["error_code"] == "upstream_stalled"
+
+
+def test_the_openai_sdk_reads_a_failed_responses_stream(
         make_gateway: Callable[..., GatewayServer], fake_server: Any,
         fake: FakeUpstream) -> None:
     gw = stalled(make_gateway, fake_server.url, extra="native_responses = true")
-    events = sse(gw.v1 + "/responses", {"model": "watched", "input": "hi", "stream": True})
-    names = [n for n, _ in events]
-    assert names.count("response.output_text.delta") == 2 and names[-1] == "error"
-    assert "response.completed" not in names
-    assert orjson.loads(events[-1][1])["code"] == "upstream_stalled"
+    with openai.OpenAI(base_url=gw.v1, api_key="k", max_retries=0) as client:
+        stream = client.responses.create(model="watched", input="hi", stream=True)
+        kinds = [event.type for event in stream]
+    assert kinds[-1] == "response.failed" and "response.completed" not in kinds
 
 
 def test_a_pause_shorter_than_the_idle_timeout_is_no_stall(

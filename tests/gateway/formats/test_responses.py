@@ -197,3 +197,33 @@ def test_only_a_completed_response_is_kept() -> None:
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]))
     assert answer_from_response(tools, allow_tools=False) is None
     assert answer_from_response("not a response", True) is None
+
+
+def test_a_stream_broken_midway_ends_with_response_failed_of_the_created_response() -> None:
+    from gateway.errors import UpstreamStalled
+    from gateway.formats.responses_stream import StreamObserver, failure_event, response_events
+
+    answer = Answer.complete("Hello there", "stop", "m", None, None, False)
+    assert answer is not None
+    whole = response_events(answer, {"model": "m", "input": "hi", "stream": True}, "r1")
+    events = whole.split(b"\n\n")[:-1]
+    observer = StreamObserver()
+    sent = [observer.feed(e + b"\n\n") for e in events[:5]]  # created ... the first delta
+    assert b"response.output_text.delta" in sent[-1]
+    name, _, data = failure_event(observer, UpstreamStalled("stalled", reason="idle")
+                                  ).partition(b"\ndata: ")
+    assert name == b"event: response.failed"
+    event = orjson.loads(data)
+    assert event["sequence_number"] == 5  # after the five sent, numbered from 0
+    created = orjson.loads(events[0].partition(b"data: ")[2])["response"]
+    failed = Response.model_validate(event["response"])  # the SDK's own shape, strictly
+    assert failed.id == created["id"] and failed.status == "failed"
+    assert failed.error is not None and failed.error.code == "server_error"
+    assert failed.error.message == "stalled"
+
+
+def test_a_stream_broken_before_its_response_was_created_ends_with_an_error_event() -> None:
+    from gateway.formats.responses_stream import StreamObserver, failure_event
+
+    name, _, data = failure_event(StreamObserver(), UpstreamError("cut")).partition(b"\n")
+    assert name == b"event: error" and orjson.loads(data[6:])["type"] == "error"
