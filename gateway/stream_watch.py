@@ -21,7 +21,9 @@ target at once, or, on its last target, tries it again after the usual backoff. 
 deadline is the policy's fixed one, or the one learned from the target's recent first-token
 times (:class:`~gateway.ttft_window.TtftWindow`), the shorter when both. The last attempt a
 request can make (its last target's last try, or any when the retry budget is spent) has
-none: cutting it would only turn a slow answer into an error.
+none: cutting it would only turn a slow answer into an error; nor has the attempt after a
+cut (a request is cut once at most), nor, for a while, a target whose cuts do not pay
+(:meth:`StreamWatch.cut_paid`).
 
 **Stalls**: once the answer streams, nothing but pings or comments from the upstream for
 ``stream_idle_timeout_ms`` (watched by the upstream response's own read timer,
@@ -92,6 +94,9 @@ class StreamWatch:
     ask: the oldest window goes first)."""
 
     MAX_TARGETS = 1024
+    CUT_OUTCOMES = 8
+    CUT_OUTCOMES_UNPAID = 4
+    SUSPEND_S = 600.0
 
     def __init__(self) -> None:
         self.windows: dict[tuple[str, str], TtftWindow] = {}
@@ -101,6 +106,11 @@ class StreamWatch:
         self.stalls: dict[tuple[str, str], int] = {}
         #: upstream -> its broken streams continued elsewhere (gateway.continuation)
         self.continued: dict[str, int] = {}
+        #: target -> whether the attempt after each of its last cuts answered within the
+        #: cut's deadline (the cut paid), and the time (monotonic s) its learned deadline is
+        #: off until: see :meth:`cut_paid`
+        self.cut_outcomes: dict[tuple[str, str], list[bool]] = {}
+        self.suspended: dict[tuple[str, str], float] = {}
 
     def attempts(self, ctx: RequestContext, targets: Sequence[Target],
                  dispatching: _Dispatching) -> Attempts:
@@ -117,12 +127,37 @@ class StreamWatch:
             window = self.windows[key] = TtftWindow()
         window.add(ms, size)
 
+    def cut_paid(self, key: tuple[str, str], paid: bool) -> None:
+        """The attempt after a cut on target ``key`` answered within the cut's deadline
+        (``paid``) or not. Cutting pays where a slow first token is the attempt's bad luck
+        (a busy machine: the next attempt is a fresh draw); where it is the request's own
+        (a reasoning model thinking long about a hard prompt) the next attempt is as slow,
+        and cutting only adds the deadline and a billed attempt. So when
+        ``CUT_OUTCOMES_UNPAID`` of a target's last ``CUT_OUTCOMES`` cuts did not pay, its
+        learned deadline is off for ``SUSPEND_S``, then tried again."""
+        outcomes = self.cut_outcomes.get(key)
+        if outcomes is None:
+            if len(self.cut_outcomes) >= self.MAX_TARGETS:
+                del self.cut_outcomes[next(iter(self.cut_outcomes))]
+            outcomes = self.cut_outcomes[key] = []
+        outcomes.append(paid)
+        if len(outcomes) > self.CUT_OUTCOMES:
+            del outcomes[0]
+        if outcomes.count(False) >= self.CUT_OUTCOMES_UNPAID:
+            outcomes.clear()
+            if len(self.suspended) >= self.MAX_TARGETS:
+                del self.suspended[next(iter(self.suspended))]
+            self.suspended[key] = time.monotonic() + self.SUSPEND_S
+
     def deadline_ms(self, rule: StreamWatchRule, target: Target, size: int) -> float | None:
         """``target``'s first-token deadline (ms) for a request of ``size`` bytes under
-        ``rule``: the fixed one, the learned one, the shorter of both, or None."""
+        ``rule``: the fixed one, the learned one (unless suspended: :meth:`cut_paid`), the
+        shorter of both, or None."""
         learned = None
-        if rule.first_token_factor > 0:
-            window = self.windows.get((target.upstream, target.model))
+        key = (target.upstream, target.model)
+        if rule.first_token_factor > 0 and not (
+                self.suspended and self.suspended.get(key, 0.0) > time.monotonic()):
+            window = self.windows.get(key)
             if window is not None:
                 learned = window.deadline_ms(size, rule.first_token_percentile,
                                              rule.first_token_factor,
@@ -139,8 +174,8 @@ class Attempts:
     :meth:`timed` wraps an attempt in its first-token deadline, :meth:`opening` reads its
     stream up to the first token."""
 
-    __slots__ = ("_cut", "_dispatching", "_followed", "_quiet", "_rule", "_size", "_started",
-                 "_tries", "ctx", "targets", "watch")
+    __slots__ = ("_cut", "_cut_at", "_dispatching", "_followed", "_quiet", "_rule", "_size",
+                 "_started", "_tries", "ctx", "targets", "watch")
 
     def __init__(self, watch: StreamWatch, ctx: RequestContext,
                  targets: Sequence[Target], dispatching: _Dispatching) -> None:
@@ -155,6 +190,8 @@ class Attempts:
         #: Whether another attempt can follow the one under way (its failures are retried).
         self._followed = False
         self._cut = False  # the attempt under way was cut at its first-token deadline
+        #: The request's cut (its target, its deadline in ms), until the next first token.
+        self._cut_at: tuple[tuple[str, str], float] | None = None
         rule = self._rule
         #: Nothing to watch (every deadline and timeout of the rule off): an attempt is not
         #: timed and its stream is not read ahead to the first token (as before the watch).
@@ -197,6 +234,7 @@ class Attempts:
             name = target.upstream
             watch.first_token_timeouts[name] = watch.first_token_timeouts.get(name, 0) + 1
             self.ctx.record.first_token_timeouts += 1
+            self._cut_at = ((name, target.model), deadline)
             raise FirstTokenTimeout(f"upstream {name!r} sent no first token within "
                                     f"{deadline:.0f} ms", next_target=later)
         return run
@@ -222,8 +260,8 @@ class Attempts:
                 break
         more = later or tries < self.ctx.policy.retry.max_attempts
         self._followed = more and dispatching.budget.tokens >= 1.0
-        if not self._followed:
-            return None, later
+        if not self._followed or self.ctx.record.first_token_timeouts:
+            return None, later  # (one cut a request: the attempt after it runs to its end)
         return self.watch.deadline_ms(self._rule, target, self._size), later
 
     async def opening(self, response: UpstreamResponse, target: Target
@@ -256,8 +294,11 @@ class Attempts:
                             raise UpstreamError(f"upstream {target.upstream!r} sent an error "
                                                 f"event before its first token ({failed})")
                     if kind == CONTENT:
-                        self.watch.sample(target, (time.perf_counter() - self._started) * 1000,
-                                          self._size)
+                        ms = (time.perf_counter() - self._started) * 1000
+                        self.watch.sample(target, ms, self._size)
+                        if self._cut_at is not None:  # did the request's cut pay?
+                            self.watch.cut_paid(self._cut_at[0], ms < self._cut_at[1])
+                            self._cut_at = None
                         if idle_s:  # watched by the chunks' own timer
                             response.watch_idle(idle_s, partial(self.stalled, target, "idle"))
                         if rule.min_tokens_per_s:

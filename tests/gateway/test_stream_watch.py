@@ -211,6 +211,25 @@ def test_the_learned_deadline_cuts_an_attempt_far_past_the_targets_usual_first_t
     assert log["first_token_timeouts"] == 1 and log["upstream"] == "quick"
 
 
+def test_a_target_whose_cuts_do_not_pay_is_not_cut_any_more(
+        make_gateway: Callable[..., GatewayServer], fake_server: Any,
+        fake: FakeUpstream) -> None:
+    """When the attempt after each cut is as slow (the request's own slowness, as a
+    reasoning model's), four cuts of eight not paying turn the target's learned deadline
+    off: the next slow request is waited for, not cut again."""
+    gw = make_gateway(upstreams(fake_server.url, ""), policy=policy(
+        "first_token_min_samples = 3\nfirst_token_floor_ms = 100\nfirst_token_factor = 1\n"
+        "first_token_percentile = 0.5"))
+    for _ in range(3):
+        assert chat_text(sse(gw.v1 + "/chat/completions", CHAT)) == WORDS
+    slow = {"x-fake-first-token-ms": "300"}  # every attempt of these requests is slow
+    for _ in range(5):
+        assert chat_text(sse(gw.v1 + "/chat/completions", CHAT, slow)) == WORDS
+    cuts = [line["first_token_timeouts"] for line in gw.logged(8)[3:]]
+    assert cuts == [1, 1, 1, 1, 0]
+    assert gw.logged(8)[7]["upstream"] == "slow"
+
+
 def test_an_anthropic_client_gets_one_message_start_after_a_failover(
         make_gateway: Callable[..., GatewayServer],
         claude_upstream: tuple[FakeAnthropic, str]) -> None:

@@ -15,7 +15,7 @@ def test_defaults_a_learned_deadline_and_an_idle_timeout(tmp_path: Path) -> None
     path.write_text("version = 'x'\n")
     rule = load_policy(path).stream_watch.rule("any")
     assert (rule.first_token_ms, rule.first_token_percentile, rule.first_token_factor,
-            rule.first_token_floor_ms, rule.first_token_min_samples) == (0, 0.99, 3.0, 5000, 50)
+            rule.first_token_floor_ms, rule.first_token_min_samples) == (0, 0.95, 1.5, 1000, 50)
     assert (rule.stream_idle_timeout_ms, rule.min_tokens_per_s) == (60_000, 0)
 
 

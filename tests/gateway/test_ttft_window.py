@@ -41,3 +41,14 @@ def test_the_window_keeps_the_last_samples_only() -> None:
         window.add(100.0, 1000)
     assert len(window) == TtftWindow.SIZE
     assert window.deadline_ms(1000, 0.99, 3.0, 0.0, 50) == 300.0
+
+
+def test_the_percentile_is_of_the_requests_nearest_in_size() -> None:
+    """A fast kind's tail is cut by its own percentile, not by a slow kind's."""
+    window = TtftWindow()
+    for k in range(100):
+        window.add(100.0 + k % 10, 2000)  # chat turns: ~100 ms
+        window.add(1000.0 + k % 10, 20_000)  # retrieval prompts: ~1 s
+    assert window.deadline_ms(2000, 0.95, 2.0, 0.0, 50) == 2 * 109.0
+    assert window.deadline_ms(20_000, 0.95, 2.0, 0.0, 50) == 2 * 1009.0
+    assert window.deadline_ms(40_000, 0.95, 2.0, 0.0, 50) == 2 * 1009.0 * 2  # larger: scaled
