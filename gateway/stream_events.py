@@ -22,19 +22,32 @@ https://platform.openai.com/docs/api-reference/responses-streaming
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 
 from llm_wire.sse import Event, parse_event
 
-__all__ = ["CONTENT", "END", "OPENING", "PING", "alive", "kind_of", "retryable_error"]
+__all__ = ["CONTENT", "END", "MARKS", "OPENING", "PING", "alive", "kind_of", "retryable_error"]
 
 OPENING, PING, CONTENT, END = 0, 1, 2, 3
 
 _DELTA_FIELDS = ("content", "tool_calls", "function_call", "reasoning_content", "reasoning",
                  "refusal")
 _ANTHROPIC_END = frozenset(("message_delta", "message_stop", "error"))
+#: api -> a pattern every CONTENT or END event of its streams holds (in its name or its
+#: data's type), so that a block of whole events without it is all OPENING or PING,
+#: unparsed (a match is no proof: the events are parsed then). None for OpenAI's, told
+#: event by event without parsing (:func:`_openai`).
+MARKS: dict[str, re.Pattern[bytes] | None] = {
+    "anthropic": re.compile(rb"delta|message_stop|error"),
+    "responses": re.compile(rb"delta|completed|failed|incomplete|error"),
+    "openai": None}
+#: In an OpenAI chunk with an empty "content": any other field of a delta (or an error, a
+#: legacy completion's text) with a value that is not null; without one it is OPENING.
+_OPENAI_OTHER = re.compile(rb'"(?:tool_calls|function_call|reasoning_content|reasoning|'
+                           rb'refusal|text|error|finish_reason)":\s*[^n\s]')
 _RESPONSES_END = frozenset(("response.completed", "response.failed", "response.incomplete",
                             "error"))
 
@@ -106,8 +119,11 @@ def _openai(data: bytes) -> int:
     # the common answering chunk, told without parsing it: a non-empty "content" string (a
     # key's quotes are never inside a JSON string, where they are escaped)
     at = data.find(b'"content":"')
-    if at >= 0 and data[at + 11:at + 12] != b'"':
-        return CONTENT
+    if at >= 0:
+        if data[at + 11:at + 12] != b'"':
+            return CONTENT
+        if _OPENAI_OTHER.search(data) is None:  # the role chunk: empty content, no other
+            return OPENING
     obj = _json(data)
     if not isinstance(obj, dict):
         return OPENING

@@ -67,11 +67,11 @@ from gateway.guard import Guard
 from gateway.metric_labels import at_zero
 from gateway.models import model_key
 from gateway.retry_budget import RetryBudget
-from gateway.stream_events import CONTENT, END, alive, kind_of, retryable_error
+from gateway.stream_events import CONTENT, END, MARKS, alive, kind_of, retryable_error
 from gateway.stream_watch_policy import StreamWatchRule
 from gateway.ttft_window import TtftWindow
 from gateway.upstreams.base import Upstream, UpstreamResponse
-from llm_wire.sse import EventReader
+from llm_wire.sse import EventReader, cut_events
 
 __all__ = ["STALL_REASONS", "Attempts", "StreamWatch", "StreamWatchCollector"]
 
@@ -280,10 +280,13 @@ class Attempts:
         rule = self._rule
         idle_s = rule.stream_idle_timeout_ms / 1000
         chunks = response.iter_chunks(idle_s)
-        reader, parts = EventReader(), []
+        reader, parts, rest, marks = EventReader(), [], b"", MARKS.get(api)
         async for chunk in chunks:
             parts.append(chunk)
-            for event in reader.feed(chunk):
+            block, rest = cut_events(rest + chunk if rest else chunk)
+            if not block or marks is not None and marks.search(block) is None:
+                continue  # no whole event yet, or only openings and pings: not parsed
+            for event in reader.feed(block):
                 kind = kind_of(api, event)
                 if kind >= CONTENT:  # the answer, or its end: an empty answer, an error
                     if kind == END and self._followed:

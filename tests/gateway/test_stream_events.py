@@ -5,11 +5,27 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.stream_events import CONTENT, END, OPENING, PING, alive, kind_of, retryable_error
+from gateway.stream_events import (
+    CONTENT,
+    END,
+    MARKS,
+    OPENING,
+    PING,
+    alive,
+    kind_of,
+    retryable_error,
+)
 
 
 @pytest.mark.parametrize(("data", "kind"), [
     (b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', OPENING),
+    ((b'{"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},'
+      b'"logprobs":null,"finish_reason":null}]}'), OPENING),  # told without parsing
+    (b'{"choices":[{"index":0,"delta":{"content":"","refusal":"No."}}]}', CONTENT),
+    (b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}', END),
+    (b'{"choices":[{"index":0,"delta":{"content":"","reasoning_content":"hm"}}]}', CONTENT),
+    ((b'{"choices":[{"index":0,"delta":{"content":"","tool_calls":[{"index":0,"id":"c",'
+      b'"function":{"name":"f","arguments":""}}]}}]}'), CONTENT),
     (b'{"choices":[{"index":0,"delta":{"content":"Hi"}}]}', CONTENT),
     (b'{"choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}', CONTENT),
     (b'{"choices":[{"index":0,"delta":{"reasoning":"hm"}}]}', CONTENT),
@@ -73,3 +89,21 @@ def test_an_error_event_is_told_retryable_or_the_requests_own_fault() -> None:
     finish = (None, b'{"choices": [{"delta": {}, "finish_reason": "stop"}]}')
     assert retryable_error("openai", finish) is None
     assert retryable_error("openai", (None, b"[DONE]")) is None
+
+
+@pytest.mark.parametrize(("api", "name", "kind"), [
+    ("anthropic", "content_block_delta", CONTENT), ("anthropic", "message_delta", END),
+    ("anthropic", "message_stop", END), ("anthropic", "error", END),
+    ("responses", "response.output_text.delta", CONTENT),
+    ("responses", "response.function_call_arguments.delta", CONTENT),
+    ("responses", "response.completed", END), ("responses", "response.failed", END),
+    ("responses", "response.incomplete", END), ("responses", "error", END)])
+def test_every_answer_or_end_holds_its_apis_mark(api: str, name: str, kind: int) -> None:
+    """A block of whole events without the mark is left unparsed before the first token:
+    it must then hold no answer and no end (named in the event line or only in its data)."""
+    mark = MARKS[api]
+    assert mark is not None
+    assert kind_of(api, (None, b'{"type":"%s"}' % name.encode())) == kind
+    for raw in (b"event: %s\ndata: {}\n\n" % name.encode(),
+                b'data: {"type":"%s"}\n\n' % name.encode()):
+        assert mark.search(raw) is not None
