@@ -284,8 +284,15 @@ class Attempts:
         async for chunk in chunks:
             parts.append(chunk)
             block, rest = cut_events(rest + chunk if rest else chunk)
-            if not block or marks is not None and marks.search(block) is None:
-                continue  # no whole event yet, or only openings and pings: not parsed
+            if not block:
+                continue  # no whole event yet
+            if marks is not None:  # the events before the first marked one are openings
+                found = marks.search(block)  # and pings: not parsed
+                if found is None:
+                    continue
+                at = block.rfind(b"\n\n", 0, found.start())
+                if at >= 0:
+                    block = block[at + 2:]
             for event in reader.feed(block):
                 kind = kind_of(api, event)
                 if kind >= CONTENT:  # the answer, or its end: an empty answer, an error
