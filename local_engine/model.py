@@ -119,10 +119,14 @@ def prefill_mask(start: int, end: int, keys: int, group: int,
     return torch.arange(keys, device=device)[None, :] <= last[:, None]
 
 
-def project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` for x [T, in]; on a CPU one row is computed as two identical rows, so
-    that its result equals the one it gets inside any larger batch (oneDNN's one-row kernel
-    sums in another order; measured for the 1536-wide down projection in bf16)."""
+def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for x [T, in]; on a CPU one row of an ``nn.Linear`` is computed as two
+    identical rows, so that its result equals the one it gets inside any larger batch
+    (oneDNN's one-row kernel sums in another order; measured for the 1536-wide down
+    projection in bf16). A quantized layer (local_engine.quantize) is called as it is."""
+    if not isinstance(layer, nn.Linear):
+        out: torch.Tensor = layer(x)
+        return out
     if x.shape[0] == 1 and not x.is_cuda:
         return F.linear(x.expand(2, -1), layer.weight)[:1]
     return F.linear(x, layer.weight)
