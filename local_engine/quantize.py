@@ -10,8 +10,9 @@ a second.
   gpt-fast's ``int8`` mode). Small products (decode steps, up to :data:`INT8_KERNEL_ROWS`
   rows) run PyTorch's own ``torch._weight_int8pack_mm``, which reads the INT8 weights
   directly; larger ones (prefill chunks) convert the weights to the compute dtype for a
-  dense product, where the kernel, a row at a time, would be slower. A tied embedding and
-  head share one INT8 matrix: a token's embedding is its row times its scale.
+  dense product, where the kernel, a row at a time, would be slower. The input embedding
+  is INT8 too, per row (a tied one shares the head's matrix): a token's embedding is its
+  row times its scale.
 - ``"fp8"``: ``float8_e4m3fn`` weights with a scale per output channel, activations
   quantized per row at each call, products by ``torch._scaled_mm`` (W8A8 with dynamic
   activation scales, as vLLM's ``fp8`` on Hopper): CUDA devices of compute capability 8.9
@@ -30,16 +31,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["INT8_KERNEL_ROWS", "QUANTIZATIONS", "Fp8Linear", "Int8Embedding", "Int8Linear",
+__all__ = ["INT8_HEAD_KERNEL_ROWS", "INT8_KERNEL_ROWS", "QUANTIZATIONS", "Fp8Linear", "Int8Embedding", "Int8Linear",
            "Quantization", "check_supported", "quantize", "weight_bytes"]
 
 Quantization = Literal["none", "int8", "fp8"]
 QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "fp8")
 
-INT8_KERNEL_ROWS = 8
+INT8_KERNEL_ROWS = 16
 """Products of at most this many rows run ``torch._weight_int8pack_mm``; larger ones a
-dense product of the dequantized weights (the kernel's cost grows with rows: at 32 rows it
-was 2-6x a bfloat16 product on 2 cores of an AMX CPU, at 2 rows 1.3-3.6x faster)."""
+dense product of the dequantized weights. The kernel's cost grows with the rows (a row at
+a time), the dense path's is mostly the conversion of the weights: measured on 2 cores of
+an AMX CPU in bfloat16 for SmolLM2's projections, the kernel takes 0.25-0.4x a bfloat16
+product's time at 1 row, about the same at 8, and passes the dense path at 16-24 rows.
+The output head (49,152 rows to convert) switches at :data:`INT8_HEAD_KERNEL_ROWS`."""
+
+INT8_HEAD_KERNEL_ROWS = 64
 
 FP8_MAX = 448.0  # the largest float8_e4m3fn
 
@@ -59,10 +65,12 @@ class Int8Linear(nn.Module):
     weight: torch.Tensor
     scales: torch.Tensor
 
-    def __init__(self, weight: torch.Tensor, scales: torch.Tensor):
+    def __init__(self, weight: torch.Tensor, scales: torch.Tensor,
+                 kernel_rows: int = INT8_KERNEL_ROWS):
         super().__init__()
         self.register_buffer("weight", weight)
         self.register_buffer("scales", scales)
+        self.kernel_rows = kernel_rows
 
     @classmethod
     def from_float(cls, weight: torch.Tensor) -> Int8Linear:
@@ -70,7 +78,7 @@ class Int8Linear(nn.Module):
         return cls(q, scale.to(weight.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] <= INT8_KERNEL_ROWS and x.dtype != torch.float32:
+        if x.shape[0] <= self.kernel_rows and x.dtype != torch.float32:
             # fp32 activations take the dense path: the kernel is not vectorised for them
             out: torch.Tensor = torch._weight_int8pack_mm(x, self.weight, self.scales)
             return out
@@ -153,8 +161,11 @@ def quantize(model: nn.Module, mode: str) -> None:
         new: nn.Module = (Int8Linear.from_float(linear.weight) if mode == "int8"
                           else Fp8Linear(linear.weight))
         setattr(parent, name, new)
-    if mode == "int8" and tied:
-        model.embed_tokens = Int8Embedding(cast(Int8Linear, model.lm_head))
+    if mode == "int8":
+        cast(Int8Linear, model.lm_head).kernel_rows = INT8_HEAD_KERNEL_ROWS
+        # a lookup of one row a token: INT8 costs nothing there
+        model.embed_tokens = Int8Embedding(cast(Int8Linear, model.lm_head) if tied
+                                           else Int8Linear.from_float(embed.weight))
 
 
 def weight_bytes(model: nn.Module) -> int:
