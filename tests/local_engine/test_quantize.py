@@ -14,6 +14,7 @@ from local_engine.kv_cache import KvCache
 from local_engine.loader import from_hf_module
 from local_engine.quantize import (
     INT8_KERNEL_ROWS,
+    Fp8Linear,
     Int8Embedding,
     Int8Linear,
     check_supported,
@@ -36,6 +37,17 @@ def test_int8_products_are_close_to_the_float_ones(rows: int, dtype: torch.dtype
     want = F.linear(x, w)
     # per-channel INT8: each weight within half a step (max |row| / 254) of its value
     assert (got - want).abs().max() < 0.03 * want.abs().max()
+
+
+def test_fp8_products_are_close_to_the_float_ones() -> None:
+    # torch._scaled_mm has a CPU implementation too: the scales' layout is checked here,
+    # the speed only on a GPU (bench/engine.py --quant)
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(96, 64, generator=g) * 0.2, torch.randn(5, 64, generator=g)
+    layer = Fp8Linear(w.bfloat16())
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.scales.shape == (1, 96)
+    got, want = layer(x.bfloat16()).float(), F.linear(x, w)
+    assert (got - want).abs().max() < 0.08 * want.abs().max()  # e4m3: 3 mantissa bits
 
 
 def test_a_tied_embedding_reads_the_heads_int8_rows() -> None:
