@@ -154,7 +154,8 @@ def quant(args: argparse.Namespace) -> dict[str, Any]:
         tok = loaded[name].tokenizer
         engines[name] = Engine(loaded[name].model, lambda ids, t=tok: t.decode(ids),
                                EngineConfig(max_num_seqs=32, max_batch_tokens=512,
-                                            kv_cache_mb=256, kv_cache_dtype=kv),
+                                            kv_cache_mb=256, kv_cache_dtype=kv,
+                                            max_model_len=2 * SEAT_TOKENS),
                                loaded[name].eos_token_ids)
     tok = loaded[names[0]].tokenizer
     param = next(loaded[names[0]].model.parameters())
