@@ -154,9 +154,9 @@ class EngineOptions:
     #: "float32" or "bfloat16". Greedy outputs differ between the two in near-ties.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     #: Weights quantized at load (local_engine.quantize): "none"; "int8", weight-only INT8
-    #: per output channel on a CPU (bench/engine.py --quant on 2 AMX cores in bfloat16:
-    #: decode at batch 1 faster, half the weight bytes, perplexity +1%); "fp8" on CUDA of
-    #: compute capability 8.9 or more. Off by default: it trades a little quality for speed.
+    #: per output channel on a CPU (2 AMX cores in bfloat16: decode at batch 1 1.6x, at
+    #: batch 32 0.76x, half the weight bytes, perplexity +1%); "fp8" on CUDA of compute
+    #: capability 8.9 or more. Off by default: it pays only at small batches.
     quantization: Literal["none", "int8", "fp8"] = "none"
     #: The KV cache's storage (local_engine.kv_cache): "auto" (the compute dtype), "int8"
     #: or "fp8" (a scale per token and head: about 1.9x the tokens in the same
