@@ -35,6 +35,10 @@ with two local upstreams (``bench/engine_e2e.py``): whole-request tokens/s at ba
 (input-grounded and MT-Bench, alternating request by request) and at batch 32, greedy
 answers compared.
 
+Part 8 (``--quant``, run alone): quantized weights and KV cache against the unquantized
+default, side by side: decode and prefill tokens/s, weight and KV bytes, seats, perplexity,
+greedy agreement and structured-output validity (``bench/engine_quant.py``).
+
 Part 4 (``--baseline-rev REV``): the engine of this tree against the engine of git revision
 REV (e.g. the commit before the lean decode step), side by side in one run: engine tokens/s
 at each ``--concurrency`` and prefix-hit/miss TTFT, each measured in a fresh child process
@@ -68,6 +72,7 @@ sys.path.insert(0, os.environ.get("ENGINE_BENCH_SOURCE") or str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
 
 import engine_e2e
+import engine_quant
 from engine_detok import detok_cost
 
 from local_engine.async_engine import AsyncEngine
@@ -282,7 +287,13 @@ async def main() -> None:
     parser.add_argument("--structured-rounds", type=int, default=2)
     parser.add_argument("--structured-compile-rounds", type=int, default=5)
     engine_e2e.add_arguments(parser)
+    engine_quant.add_arguments(parser)
     args = parser.parse_args()
+    if args.quant:
+        res = engine_quant.quant(args)
+        print(orjson.dumps({"quant": res}, option=orjson.OPT_INDENT_2).decode())
+        print("summary: " + engine_quant.quant_summary(res))
+        return
     if args.e2e:
         res = await engine_e2e.e2e(args)
         print(orjson.dumps({"e2e": res}, option=orjson.OPT_INDENT_2).decode())

@@ -247,7 +247,8 @@ class AsyncEngine:
                 assert self.engine is not None
                 job.batch = ScoreBatch(self.engine.model, job.seqs,
                                        self.engine.config.max_batch_tokens,
-                                       self.engine.config.block_size)
+                                       self.engine.config.block_size,
+                                       self.engine.config.kv_cache_dtype)
             if not job.batch.advance():
                 return True
             result = job.batch.logprobs

@@ -20,11 +20,12 @@ from typing import Any
 
 import torch
 
+from local_engine.kv_cache import KvCache
 from local_engine.model import AttentionMeta, Decodes, LlamaModel
 
 __all__ = ["DecodeGraphs", "decode_logits"]
 
-Caches = list[tuple[torch.Tensor, torch.Tensor]]
+Caches = list[KvCache]
 
 
 def decode_logits(model: LlamaModel, caches: Caches, ids: torch.Tensor, positions: torch.Tensor,

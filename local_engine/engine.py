@@ -38,7 +38,10 @@ class EngineConfig:
     prefill chunks). ``max_model_len``: prompt plus output, in tokens (capped by the model's
     own limit). ``num_blocks``, when set, overrides ``kv_cache_mb``. ``speculative``: n-gram
     speculative decoding (None: off; see :class:`~local_engine.speculative.SpecConfig`).
-    ``cuda_graphs``: replay decode steps as CUDA graphs (on CUDA only; eager otherwise)."""
+    ``cuda_graphs``: replay decode steps as CUDA graphs (on CUDA only; eager otherwise).
+    ``kv_cache_dtype``: "auto" (the compute dtype), "int8" or "fp8" (local_engine.kv_cache:
+    a scale per token and head; the blocks that ``kv_cache_mb`` holds are counted from the
+    bytes a block really takes)."""
 
     block_size: int = 16
     kv_cache_mb: int = 1024
@@ -48,6 +51,7 @@ class EngineConfig:
     max_model_len: int = 2048
     speculative: SpecConfig | None = None
     cuda_graphs: bool = True
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass(slots=True)
@@ -92,7 +96,8 @@ class Engine:
         param = next(model.parameters())
         if param.device.type == "cpu":  # steps would map and fault their temporaries anew
             keep_freed_memory()
-        per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, param.dtype)
+        per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, param.dtype,
+                                                   config.kv_cache_dtype)
         num_blocks = config.num_blocks or max(1, config.kv_cache_mb * 2**20 // per_block)
         self.max_model_len = min(config.max_model_len, model.cfg.max_position_embeddings,
                                  num_blocks * config.block_size)
@@ -104,7 +109,7 @@ class Engine:
                                    max_forced=spec.num_tokens if spec else 0)
         self.runner = ModelRunner(model, num_blocks, config.block_size, config.max_num_seqs,
                                   self.max_model_len, spec.num_tokens if spec else 0,
-                                  config.cuda_graphs)
+                                  config.cuda_graphs, config.kv_cache_dtype)
         self.last = StepStats()
         self.decodes = 0  # decoding sequence-steps so far (with or without a draft)
         self.decode_tokens = 0  # tokens those gained

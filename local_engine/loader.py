@@ -24,6 +24,7 @@ import torch
 
 from local_engine.model import LlamaConfig, LlamaModel
 from local_engine.paths import DEFAULT_MODEL, DEFAULT_NAME, cache_dir, converted
+from local_engine.quantize import check_supported, quantize
 
 if TYPE_CHECKING:  # transformers is imported only where a model is loaded (slow import)
     from transformers import PreTrainedModel
@@ -221,22 +222,30 @@ def _build(cfg: LlamaConfig, state: dict[str, torch.Tensor], device: torch.devic
 
 
 def from_hf_module(hf: PreTrainedModel, device: torch.device | None = None,
-                   dtype: torch.dtype = torch.float32) -> LlamaModel:
-    """Our model with the weights of a transformers ``LlamaForCausalLM`` (tests use it)."""
+                   dtype: torch.dtype = torch.float32,
+                   quantization: str = "none") -> LlamaModel:
+    """Our model with the weights of a transformers ``LlamaForCausalLM`` (tests use it),
+    quantized as :func:`local_engine.quantize.quantize` does."""
     cfg = LlamaConfig.from_hf(hf.config.to_dict())
     state = {k: v.detach().clone() for k, v in hf.state_dict().items()}
-    return _build(cfg, state, device or torch.device("cpu"), dtype)
+    model = _build(cfg, state, device or torch.device("cpu"), dtype)
+    quantize(model, quantization)
+    return model
 
 
-def load(spec: str = DEFAULT_MODEL, dtype: str = "auto") -> LoadedModel:
+def load(spec: str = DEFAULT_MODEL, dtype: str = "auto",
+         quantization: str = "none") -> LoadedModel:
     """Load ``spec`` (see :func:`resolve`) on CUDA when present, else the CPU, computing in
-    ``dtype`` (see :func:`engine_dtype`). Raises FileNotFoundError, or ValueError for an
-    architecture the engine does not run or an unknown dtype."""
+    ``dtype`` (see :func:`engine_dtype`), its weights quantized at load as ``quantization``
+    says (local_engine.quantize: "none", "int8" on a CPU, "fp8" on CUDA). Raises
+    FileNotFoundError, or ValueError for an architecture the engine does not run, an
+    unknown dtype or a quantization the device cannot run."""
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     compute = engine_dtype(dtype, device)
+    check_supported(quantization, device)  # before the slow part
     folder = resolve(spec)
     hf_cfg = json.loads((folder / "config.json").read_text())
     archs = set(hf_cfg.get("architectures") or [])
@@ -245,6 +254,7 @@ def load(spec: str = DEFAULT_MODEL, dtype: str = "auto") -> LoadedModel:
                          f"the engine runs {sorted(_SUPPORTED)}")
     cfg = LlamaConfig.from_hf(hf_cfg)
     model = _build(cfg, load_file(str(folder / "model.safetensors")), device, compute)
+    quantize(model, quantization)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     eos = hf_cfg.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from local_engine.kv_cache import KvCache
+
 __all__ = ["KV_CHUNK", "AttentionMeta", "Decodes", "LlamaConfig", "LlamaModel",
            "invariant_attention", "prefill_mask"]
 
@@ -119,10 +121,14 @@ def prefill_mask(start: int, end: int, keys: int, group: int,
     return torch.arange(keys, device=device)[None, :] <= last[:, None]
 
 
-def project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` for x [T, in]; on a CPU one row is computed as two identical rows, so
-    that its result equals the one it gets inside any larger batch (oneDNN's one-row kernel
-    sums in another order; measured for the 1536-wide down projection in bf16)."""
+def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for x [T, in]; on a CPU one row of an ``nn.Linear`` is computed as two
+    identical rows, so that its result equals the one it gets inside any larger batch
+    (oneDNN's one-row kernel sums in another order; measured for the 1536-wide down
+    projection in bf16). A quantized layer (local_engine.quantize) is called as it is."""
+    if not isinstance(layer, nn.Linear):
+        out: torch.Tensor = layer(x)
+        return out
     if x.shape[0] == 1 and not x.is_cuda:
         return F.linear(x.expand(2, -1), layer.weight)[:1]
     return F.linear(x, layer.weight)
@@ -201,38 +207,33 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta) -> torch.Tensor:
-        """x: [T, hidden]; caches: [slots, KVH, D]. Keys and values are read a whole block
-        at a time (``index_select`` of block rows: a memcpy each, several times faster on a
-        CPU than gathering slot by slot)."""
+                cache: KvCache, meta: AttentionMeta) -> torch.Tensor:
+        """x: [T, hidden]. Keys and values are read a whole block at a time
+        (:meth:`KvCache.read`, an ``index_select`` of block rows: a memcpy each, several
+        times faster on a CPU than gathering slot by slot)."""
         t, h, kvh, d = x.shape[0], self.h, self.kvh, self.d
         q = rotate(project(self.q_proj, x).view(t, h, d), cos, sin)
         k = rotate(project(self.k_proj, x).view(t, kvh, d), cos, sin)
         v = project(self.v_proj, x).view(t, kvh, d)
-        k_cache.index_copy_(0, meta.slots, k)
-        v_cache.index_copy_(0, meta.slots, v)
-        bs = meta.block_size
-        k_blocks = k_cache.view(-1, bs * kvh * d)
-        v_blocks = v_cache.view(-1, bs * kvh * d)
+        cache.write(meta.slots, k, v)
         out = torch.empty_like(q)
         dec = meta.decodes
         if dec is not None:
             qd = q[:dec.rows] if dec.gather is None else q.index_select(0, dec.gather)
             od = self._attend_grouped(qd, dec.tables.shape[0], dec.tables.flatten(),
-                                      k_blocks, v_blocks, dec.mask)
+                                      cache, meta.block_size, dec.mask)
             if dec.scatter is None:
                 out[:dec.rows] = od
             else:
                 src, dst = dec.scatter
                 out.index_copy_(0, dst, od.index_select(0, src))
         for start, n, blocks, mask in meta.prefills:  # each a group of one sequence
-            out[start:start + n] = self._attend_grouped(q[start:start + n], 1, blocks,
-                                                        k_blocks, v_blocks, mask[None, None])
+            out[start:start + n] = self._attend_grouped(q[start:start + n], 1, blocks, cache,
+                                                        meta.block_size, mask[None, None])
         return project(self.o_proj, out.reshape(t, h * d))
 
-    def _attend_grouped(self, q: torch.Tensor, b: int, blocks: torch.Tensor,
-                        k_blocks: torch.Tensor, v_blocks: torch.Tensor,
-                        visible: torch.Tensor) -> torch.Tensor:
+    def _attend_grouped(self, q: torch.Tensor, b: int, blocks: torch.Tensor, cache: KvCache,
+                        block_size: int, visible: torch.Tensor) -> torch.Tensor:
         """Attention of ``b`` sequences with Q queries each: q [B * Q, H, D], their contexts'
         block ids ``blocks`` [B * W], ``visible`` as :func:`attend` takes it; returns
         [B * Q, H, D]. Query heads are grouped under their key-value head: [B, KVH, Q * G, D]
@@ -241,8 +242,9 @@ class Attention(nn.Module):
         h, kvh, d = self.h, self.kvh, self.d
         g = h // kvh
         grouped = q.view(b, -1, kvh, g, d).permute(0, 2, 1, 3, 4).reshape(b, kvh, -1, d)
-        k = k_blocks.index_select(0, blocks).view(b, -1, kvh, d).transpose(1, 2)
-        v = v_blocks.index_select(0, blocks).view(b, -1, kvh, d).transpose(1, 2)
+        keys, values = cache.read(blocks, block_size)
+        k = keys.view(b, -1, kvh, d).transpose(1, 2)
+        v = values.view(b, -1, kvh, d).transpose(1, 2)
         o = attend(grouped, k, v, visible)
         return o.view(b, kvh, -1, g, d).permute(0, 2, 1, 3, 4).reshape(-1, h, d)
 
@@ -297,14 +299,13 @@ class LlamaModel(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor,
-                caches: list[tuple[torch.Tensor, torch.Tensor]],
-                meta: AttentionMeta) -> torch.Tensor:
+                caches: list[KvCache], meta: AttentionMeta) -> torch.Tensor:
         x = self.embed_tokens(ids)
         cos, sin = self.rope(positions, x.dtype)
         # nn.ModuleList is not generic: its items type as Module; these are DecoderLayers.
         layers = cast(Iterable[DecoderLayer], self.layers)
-        for layer, (k_cache, v_cache) in zip(layers, caches, strict=True):
-            x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, k_cache, v_cache, meta)
+        for layer, cache in zip(layers, caches, strict=True):
+            x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, cache, meta)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         hidden: torch.Tensor = self.norm(x)
         return hidden

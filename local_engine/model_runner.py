@@ -13,6 +13,7 @@ import torch
 
 from local_engine.cuda_graphs import DecodeGraphs
 from local_engine.grammar import Constrained, constrain
+from local_engine.kv_cache import KvCache, kv_bytes_per_token
 from local_engine.model import KV_CHUNK, AttentionMeta, Decodes, LlamaModel, prefill_mask
 from local_engine.sampling import sample
 from local_engine.scheduler import Scheduled
@@ -40,20 +41,20 @@ class StepInputs:
 
 class ModelRunner:
     """KV cache: per layer, keys and values of shape [num_blocks * block_size, kv_heads,
-    head_dim] (a block is ``block_size`` consecutive slots). ``tables`` [max_num_seqs,
+    head_dim] (a block is ``block_size`` consecutive slots), stored as ``kv_cache_dtype``
+    says (:class:`~local_engine.kv_cache.KvCache`). ``tables`` [max_num_seqs,
     max_blocks]: row ``seq.seat`` holds that sequence's block ids."""
 
     def __init__(self, model: LlamaModel, num_blocks: int, block_size: int,
                  max_num_seqs: int = 32, max_model_len: int = 2048, max_draft: int = 0,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, kv_cache_dtype: str = "auto"):
         self.model = model
         self.block_size = block_size
         cfg = model.cfg
         param = next(model.parameters())
         # one more block than the block manager hands out: scratch for padding rows
-        shape = ((num_blocks + 1) * block_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.caches = [(torch.zeros(shape, dtype=param.dtype, device=param.device),
-                        torch.zeros(shape, dtype=param.dtype, device=param.device))
+        self.caches = [KvCache((num_blocks + 1) * block_size, cfg.num_key_value_heads,
+                               cfg.head_dim, param.dtype, param.device, kv_cache_dtype)
                        for _ in range(cfg.num_hidden_layers)]
         self.device = param.device
         self.group = cfg.num_attention_heads // cfg.num_key_value_heads
@@ -80,10 +81,12 @@ class ModelRunner:
         return -(-blocks // self.chunk_blocks) * self.chunk_blocks
 
     @staticmethod
-    def kv_bytes_per_block(model: LlamaModel, block_size: int, dtype: torch.dtype) -> int:
+    def kv_bytes_per_block(model: LlamaModel, block_size: int, dtype: torch.dtype,
+                           kv_cache_dtype: str = "auto") -> int:
+        """A block's bytes over every layer, keys, values and their scales."""
         cfg = model.cfg
-        per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim
-        return per_token * block_size * torch.finfo(dtype).bits // 8
+        return block_size * kv_bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads,
+                                               cfg.head_dim, dtype, kv_cache_dtype)
 
     def _sync_tables(self, batch: list[Scheduled]) -> None:
         """Copy the block ids each sequence gained since the last step into its row."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from local_engine.kv_cache import KvCache
 from local_engine.model import AttentionMeta, LlamaModel, prefill_mask
 
 __all__ = ["ScoreBatch", "encode_text"]
@@ -47,7 +48,7 @@ class ScoreBatch:
     total (:class:`~local_engine.async_engine.AsyncEngine` takes ``max_score_tokens``)."""
 
     def __init__(self, model: LlamaModel, seqs: list[list[int]], chunk_tokens: int = 512,
-                 block_size: int = 16):
+                 block_size: int = 16, kv_cache_dtype: str = "auto"):
         if not seqs or any(not s for s in seqs):
             raise ValueError("every text to score needs at least one token")
         self.model = model
@@ -63,11 +64,8 @@ class ScoreBatch:
         for ids in seqs:
             self.first_block.append(blocks)
             blocks += -(-len(ids) // block_size)
-        shape = (blocks * block_size, cfg.num_key_value_heads, cfg.head_dim)
-        # zeros, not empty: a masked-out key's value still enters the product (times 0),
-        # and uninitialised memory may hold NaN
-        self.caches = [(torch.zeros(shape, dtype=param.dtype, device=self.device),
-                        torch.zeros(shape, dtype=param.dtype, device=self.device))
+        self.caches = [KvCache(blocks * block_size, cfg.num_key_value_heads, cfg.head_dim,
+                               param.dtype, self.device, kv_cache_dtype)
                        for _ in range(cfg.num_hidden_layers)]
         self.logprobs = [np.full(len(ids), np.nan, np.float32) for ids in seqs]
         self._next = [0] * len(seqs)  # per text: tokens computed so far

@@ -42,6 +42,7 @@ from local_engine.calibrate import latency_bounded_batch
 from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
 from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
 from local_engine.grammar import Grammar, GrammarCompiler, GrammarError
+from local_engine.kv_cache import KV_CACHE_DTYPES
 from local_engine.loader import DTYPES, load
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
@@ -56,6 +57,7 @@ from local_engine.openai_format import (
     score_response,
     usage,
 )
+from local_engine.quantize import QUANTIZATIONS
 from local_engine.scorer import encode_text
 from local_engine.speculative import SpecConfig
 from local_engine.structured import Structured, compile_structured
@@ -298,16 +300,18 @@ async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
 
 def load_server(model: str, config: EngineConfig, embeddings: bool = True,
                 default_max_tokens: int = 512, max_step_slowdown: float = 0.0,
-                dtype: str = "auto") -> tuple[EngineServer, EngineMetrics]:
-    """Load the chat model in ``dtype`` (local_engine.loader.engine_dtype) and the embedder,
-    find the latency-bounded batch when ``max_step_slowdown`` > 0 (local_engine.calibrate),
-    and start the engine thread."""
+                dtype: str = "auto",
+                quantization: str = "none") -> tuple[EngineServer, EngineMetrics]:
+    """Load the chat model in ``dtype`` (local_engine.loader.engine_dtype), its weights
+    quantized as ``quantization`` says (local_engine.quantize), and the embedder, find the
+    latency-bounded batch when ``max_step_slowdown`` > 0 (local_engine.calibrate), and
+    start the engine thread. Raises ValueError for a mode the device cannot run."""
     from transformers.utils import logging as hf_logging
 
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated upstream
-    loaded = load(model, dtype)
+    loaded = load(model, dtype, quantization)
     engine = Engine(loaded.model, lambda ids: loaded.tokenizer.decode(
         ids, skip_special_tokens=True), config, loaded.eos_token_ids)
     calibration = latency_bounded_batch(engine, max_step_slowdown)
@@ -315,7 +319,8 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
     compute = str(weight.dtype).removeprefix("torch.")
     log.info("engine_capacity", max_num_seqs=config.max_num_seqs, capacity=calibration.batch,
              decode_step_ms=calibration.step_ms, rates=calibration.rates(),
-             device=weight.device.type, dtype=compute)
+             device=weight.device.type, dtype=compute, quantization=quantization,
+             kv_cache_dtype=config.kv_cache_dtype, kv_blocks=engine.blocks.num_blocks)
     embedder = Embedder.load() if embeddings else None
     metrics = EngineMetrics(engine)
     async_engine = AsyncEngine(engine, embedder, metrics).start()
@@ -345,6 +350,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="compute dtype; auto: bfloat16 on CUDA and on CPUs with "
                              "AVX512-BF16 or AMX, else float32")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS, default="none",
+                        help="weights quantized at load: int8 (weight-only, a CPU), fp8 "
+                             "(CUDA of compute capability 8.9+), none")
+    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto",
+                        help="KV cache storage: auto (the compute dtype), int8 or fp8 (a "
+                             "scale per token and head; more tokens in --kv-cache-mb)")
     parser.add_argument("--max-step-slowdown", type=float, default=1.3,
                         help="admit (via the gateway) at most the batch whose decode step is "
                              "at most this many times a lone sequence's, measured at start-up "
@@ -367,9 +378,14 @@ def serve(args: argparse.Namespace) -> int:
     config = EngineConfig(kv_cache_mb=args.kv_cache_mb, max_num_seqs=args.max_num_seqs,
                           max_batch_tokens=args.max_batch_tokens,
                           max_model_len=args.max_model_len, speculative=spec,
-                          cuda_graphs=not args.no_cuda_graphs)
-    server, metrics = load_server(args.model, config, not args.no_embeddings,
-                                  args.default_max_tokens, args.max_step_slowdown, args.dtype)
+                          cuda_graphs=not args.no_cuda_graphs,
+                          kv_cache_dtype=args.kv_cache_dtype)
+    try:
+        server, metrics = load_server(args.model, config, not args.no_embeddings,
+                                      args.default_max_tokens, args.max_step_slowdown,
+                                      args.dtype, args.quantization)
+    except ValueError as exc:  # a quantization this device cannot run, a bad model
+        raise SystemExit(f"local_engine: {exc}") from exc
     uvicorn.run(build_app(server, metrics), host=args.host, port=args.port,
                 log_level="warning", access_log=False, server_header=False,
                 timeout_graceful_shutdown=5)

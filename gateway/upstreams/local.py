@@ -85,7 +85,8 @@ class LocalUpstream(OpenAIUpstream):
                "--max-batch-tokens", str(e.max_batch_tokens),
                "--max-model-len", str(e.max_model_len),
                "--default-max-tokens", str(e.default_max_tokens),
-               "--max-step-slowdown", str(e.max_step_slowdown), "--dtype", e.dtype]
+               "--max-step-slowdown", str(e.max_step_slowdown), "--dtype", e.dtype,
+               "--quantization", e.quantization, "--kv-cache-dtype", e.kv_cache_dtype]
         if not e.cuda_graphs:
             cmd.append("--no-cuda-graphs")
         spec = e.speculative

@@ -143,6 +143,16 @@ def test_local_upstream_config_is_checked(tmp_path: Path) -> None:
     path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\ndtype = "float32"\n')
     command = LocalUpstream("e", load_config(path).upstreams["e"]).command()
     assert command[command.index("--dtype") + 1] == "float32"
+    assert command[command.index("--quantization") + 1] == "none"  # the defaults
+    assert command[command.index("--kv-cache-dtype") + 1] == "auto"
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\nquantization = "int4"\n')
+    with pytest.raises(ConfigError, match="quantization"):
+        load_config(path)
+    path.write_text('[upstreams.e]\ntype = "local"\n[upstreams.e.engine]\n'
+                    'quantization = "int8"\nkv_cache_dtype = "fp8"\n')
+    command = LocalUpstream("e", load_config(path).upstreams["e"]).command()
+    assert command[command.index("--quantization") + 1] == "int8"
+    assert command[command.index("--kv-cache-dtype") + 1] == "fp8"
 
 
 def test_an_engine_that_dies_is_restarted_and_the_request_waits_for_it(

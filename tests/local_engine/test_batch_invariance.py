@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from local_engine.engine import Engine
 from local_engine.model import invariant_attention
 from local_engine.sequence import SamplingParams
+from tests.local_engine.conftest import Mode
 
 
 def prompts(count: int) -> list[list[int]]:
@@ -31,9 +32,12 @@ def greedy(engine: Engine, batch: list[list[int]]) -> list[list[int]]:
 
 
 def test_bfloat16_greedy_outputs_do_not_depend_on_the_batch(
-        make_engine: Callable[..., Engine], engine_device: torch.device) -> None:
+        make_engine: Callable[..., Engine], engine_device: torch.device,
+        engine_mode: Mode) -> None:
     if engine_device.type == "cuda":
         pytest.skip("batch invariance is a property of the CPU path")
+    if not engine_mode.batch_invariant:
+        pytest.skip(f"{engine_mode.name}: not batch-invariant (local_engine.quantize)")
     ps = prompts(8)
     alone = [greedy(make_engine(torch.bfloat16), [p])[0] for p in ps]
     # 8 at a time, prompts prefilled in chunks of 16 tokens, KV for about 4 of them

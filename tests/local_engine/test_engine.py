@@ -53,7 +53,7 @@ def alone(make_engine: Callable[..., Engine], ids: list[int],
 
 def test_batched_logits_match_transformers(make_engine: Callable[..., Engine],
                                            hf_model: LlamaForCausalLM,
-                                           engine_dtype: torch.dtype) -> None:
+                                           logits_atol: float) -> None:
     # Small token budget: prompts are prefilled in chunks while others decode in the same step.
     engine = make_engine(max_batch_tokens=16)
     seen = record_logits(engine)
@@ -61,11 +61,10 @@ def test_batched_logits_match_transformers(make_engine: Callable[..., Engine],
         engine.add(prompt(i, n), GREEDY)
     run(engine)
     assert len(seen) > 40
-    atol = 1e-4 if engine_dtype == torch.float32 else 0.1  # bfloat16 keeps about 3 digits
     with torch.inference_mode():
         for ids, row in seen:
             expected = hf_model(torch.tensor([ids])).logits[0, -1]
-            torch.testing.assert_close(row.cpu(), expected, atol=atol, rtol=0)
+            torch.testing.assert_close(row.cpu(), expected, atol=logits_atol, rtol=0)
 
 
 def test_requests_join_and_leave_mid_batch(make_engine: Callable[..., Engine]) -> None:
@@ -217,7 +216,8 @@ def test_bad_prompts_are_rejected(make_engine: Callable[..., Engine]) -> None:
         engine.add([5] * engine.max_model_len, GREEDY)
 
 
-def test_preempted_sequences_recompute_and_finish(make_engine: Callable[..., Engine]) -> None:
+def test_preempted_sequences_recompute_and_finish(make_engine: Callable[..., Engine],
+                                                  batch_invariant: bool) -> None:
     # KV for about 2 long sequences: the scheduler must preempt and recompute to finish all.
     engine = make_engine(num_blocks=60, max_num_seqs=8)
     seqs: list[Sequence] = [engine.add(prompt(20 + i, 60), SamplingParams(
@@ -225,5 +225,5 @@ def test_preempted_sequences_recompute_and_finish(make_engine: Callable[..., Eng
     run(engine)
     assert engine.scheduler.num_preempted > 0
     assert all(s.finish_reason == "length" and len(s.output_ids) == 30 for s in seqs)
-    assert seqs[2].output_ids == alone(make_engine, seqs[2].prompt_ids, SamplingParams(
+    assert not batch_invariant or seqs[2].output_ids == alone(make_engine, seqs[2].prompt_ids, SamplingParams(
         temperature=0, max_tokens=30, ignore_eos=True))

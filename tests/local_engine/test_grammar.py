@@ -45,7 +45,8 @@ def run(engine: Engine, jobs: list[tuple[list[int], SamplingParams]],
 
 
 def test_constrained_outputs_validate_in_a_mixed_batch_with_drafts(
-        make_engine: Callable[..., Engine], char_grammars: GrammarCompiler) -> None:
+        make_engine: Callable[..., Engine], char_grammars: GrammarCompiler,
+        batch_invariant: bool) -> None:
     """Greedy and sampled constrained rows beside a free one, n-gram drafts on (each
     sequence drafts from its own loop; the grammar decides which draft tokens can stand) and
     the tokens the grammar forces verified as drafts."""
@@ -62,7 +63,8 @@ def test_constrained_outputs_validate_in_a_mixed_batch_with_drafts(
         jsonschema.validate(json.loads(text), SCHEMA)
     # drafts were verified, and what the grammar forces ('{"id": ', '"tag": ') came as ones
     assert engine.decode_tokens > engine.decodes and sum(forced) >= len(jobs) * 6
-    assert plain == run(make_engine(speculative=spec), [free])[0]  # the free row untouched
+    if batch_invariant:  # the free row untouched
+        assert plain == run(make_engine(speculative=spec), [free])[0]
 
 
 def test_a_draft_token_the_grammar_forbids_gets_no_probability(
