@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= gateway.example.toml
 
-.PHONY: install run test fuzz compat typecheck bench clean
+.PHONY: install run test fuzz quant compat typecheck bench clean
 
 install: $(STAMP)
 
@@ -42,6 +42,11 @@ test: $(STAMP)
 # (tests/gateway/equivalence/test_fuzz.py; `make test` runs 1,000 per direction and policy).
 fuzz: $(STAMP)
 	GATEWAY_FUZZ_COUNT=5000 $(PY) -m pytest -q tests/gateway/equivalence/test_fuzz.py
+
+# The engine's tests again in each quantized mode (issue 51): INT8 weights, INT8 and FP8 KV
+# caches (make test runs the unquantized default only; the modes add a minute or two).
+quant: $(STAMP)
+	ENGINE_TEST_MODES=int8,kv-int8,kv-fp8 $(PY) -m pytest -q tests/local_engine -k "int8 or fp8"
 
 # The compatibility suite (issue 46): real clients (Claude Code, Codex CLI, opencode, the
 # OpenAI Agents SDK, LangChain), pinned in tests/compat/install.py and installed on first use
