@@ -49,6 +49,23 @@ def _words(n: int, tag: str) -> str:
     return tag + " " + " ".join(f"w{i % 97}" for i in range(n))
 
 
+_CLIENTS: list[Any] = []
+
+
+def _closed_after(client: Any) -> Any:
+    """``client`` (an SDK's), closed when the test ends: its pooled sockets, a cut one
+    included, are not left to the garbage collector (a ResourceWarning in a later test)."""
+    _CLIENTS.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
 def _openai_ttft(client: openai.OpenAI, prompt: str, **kw: Any) -> tuple[float, Any, str]:
     """Client-measured TTFT (s), the usage and the text of one streamed chat."""
     start, first, text, usage = time.monotonic(), None, "", None
@@ -80,7 +97,7 @@ def _claude_stream(client: anthropic.Anthropic, system: str) -> tuple[float, Any
 
 def test_openai_cached_prompt_answers_sooner_and_cheaper(sim: tuple[str, ProviderSim]) -> None:
     url, app = sim
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k-openai", max_retries=0)
+    client = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-openai", max_retries=0))
     prompt = _words(2500, "same prefix")
     cold, cold_usage, cold_text = _openai_ttft(client, prompt)
     warm, warm_usage, warm_text = _openai_ttft(client, prompt)
@@ -94,7 +111,7 @@ def test_openai_cached_prompt_answers_sooner_and_cheaper(sim: tuple[str, Provide
 
 def test_anthropic_cache_write_then_read(sim: tuple[str, ProviderSim]) -> None:
     url, app = sim
-    client = anthropic.Anthropic(base_url=url, api_key="k-claude", max_retries=0)
+    client = _closed_after(anthropic.Anthropic(base_url=url, api_key="k-claude", max_retries=0))
     system = _words(2500, "system")
     cold, written = _claude_stream(client, system)
     warm, read = _claude_stream(client, system)
@@ -113,7 +130,7 @@ def test_anthropic_cache_write_then_read(sim: tuple[str, ProviderSim]) -> None:
 
 def test_ttft_grows_with_uncached_tokens_as_stated() -> None:
     for url, app in _sim(ms_per_uncached_token=0.05):
-        client = openai.OpenAI(base_url=url + "/v1", api_key="k-sizes", max_retries=0)
+        client = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-sizes", max_retries=0))
         _openai_ttft(client, "warm the connection")
         seen = [_openai_ttft(client, _words(n, f"size {n}"))[0] for n in (100, 800, 2400)]
         assert seen[0] < seen[1] < seen[2]
@@ -180,14 +197,14 @@ def test_faults_fire_at_their_rate() -> None:
 
 def test_injected_faults_reach_the_sdks_as_errors() -> None:
     for url, app in _sim(fault_cut=1.0, out_min=30, out_max=30):
-        client = openai.OpenAI(base_url=url + "/v1", api_key="k-cut", max_retries=0)
+        client = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-cut", max_retries=0))
         with pytest.raises((openai.APIError, httpx.HTTPError)):
             _openai_ttft(client, "cut me")
         assert app.requests[-1]["fault"] == "cut"
         assert 0 < app.requests[-1]["output_tokens"] < 30
         assert app.requests[-1]["finish"] is None
     for url, app in _sim(fault_overloaded=1.0, error_delay_ms=0):
-        claude = anthropic.Anthropic(base_url=url, api_key="k-529", max_retries=0)
+        claude = _closed_after(anthropic.Anthropic(base_url=url, api_key="k-529", max_retries=0))
         with pytest.raises(anthropic.APIStatusError) as info:
             claude.messages.create(model=CLAUDE, max_tokens=5,
                                    messages=[{"role": "user", "content": "hi"}])
@@ -198,7 +215,7 @@ def test_injected_faults_reach_the_sdks_as_errors() -> None:
 def test_stall_pauses_mid_stream() -> None:
     for url, app in _sim(fault_stall=1.0, stall_midstream_share=1.0, stall_pause_ms=150,
                          out_min=10, out_max=10):
-        client = openai.OpenAI(base_url=url + "/v1", api_key="k-stall", max_retries=0)
+        client = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-stall", max_retries=0))
         start = time.monotonic()
         _openai_ttft(client, "stall me")
         assert time.monotonic() - start >= 0.15
@@ -212,7 +229,7 @@ def test_a_text_given_back_is_continued_as_a_continuing_server_would(
     start of the answer: the simulator sends what follows it, so the two read as the
     whole answer (issue 48's continuation, benchmarked on bench/workload.py)."""
     url = sim[0]
-    claude = anthropic.Anthropic(base_url=url, api_key="k-cont", max_retries=0)
+    claude = _closed_after(anthropic.Anthropic(base_url=url, api_key="k-cont", max_retries=0))
     ask = [{"role": "user", "content": "continue me"}]
     whole = claude.messages.create(model=CLAUDE, max_tokens=400, messages=ask)
     text = whole.content[0].text  # type: ignore[union-attr]
@@ -220,7 +237,7 @@ def test_a_text_given_back_is_continued_as_a_continuing_server_would(
     rest = claude.messages.create(model=CLAUDE, max_tokens=400, messages=[
         *ask, {"role": "assistant", "content": said}])
     assert said + rest.content[0].text == text  # type: ignore[union-attr]
-    gpt = openai.OpenAI(base_url=url + "/v1", api_key="k-cont", max_retries=0)
+    gpt = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-cont", max_retries=0))
     whole_gpt = gpt.chat.completions.create(model="gpt-4o", messages=ask)
     text = whole_gpt.choices[0].message.content or ""
     said = " ".join(text.split()[:4])
@@ -253,7 +270,7 @@ def test_refusals_in_each_providers_format(sim: tuple[str, ProviderSim]) -> None
 
 def test_stats_and_reset(sim: tuple[str, ProviderSim]) -> None:
     url, _app = sim
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k-stats", max_retries=0)
+    client = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-stats", max_retries=0))
     reply = client.chat.completions.create(model="gpt-4o", max_tokens=3,
                                            messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].finish_reason == "length" and reply.usage is not None
