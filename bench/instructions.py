@@ -62,6 +62,8 @@ from processes import (
     wait_ready,
 )
 
+from gateway.testing.otlp_receiver import OtlpReceiver
+
 __all__ = ["CASES", "ENV", "ITL_MS", "RESPONSES_CASES", "acceptance", "main", "measure_all",
            "resolve", "summary_line"]
 
@@ -215,13 +217,15 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                       baseline_rev: str | None, keep: Path | None = None,
                       rev: str | None = None,
                       cases: Sequence[tuple[str, str, bool]] = CASES,
-                      policy_extra: str = "") -> dict[str, Any]:
+                      policy_extra: str = "", config_extra: str = "") -> dict[str, Any]:
     """The floors, this gateway (the working tree's, or revision ``rev``'s) and (with
     ``baseline_rev``) that revision's, one at a time, each served by fakes steered by
     ``steering`` (``x-fake-*`` headers); ``keep``: a folder for the dumps, the processes'
     output and configs (else a temporary one); ``cases``: :data:`CASES`, and
     :data:`RESPONSES_CASES` with them (the baseline runs :data:`CASES` only);
-    ``policy_extra``: TOML appended to this gateway's policy (not the baseline's)."""
+    ``policy_extra``: TOML appended to this gateway's policy (not the baseline's);
+    ``config_extra`` to its config (``{collector}`` in it: the OTLP/HTTP traces URL of a
+    receiver this bench runs, gateway.testing.otlp_receiver)."""
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} not found: install valgrind (apt-get install valgrind)")
@@ -229,7 +233,8 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
     headers = {"openai": steering, "responses": steering, "native": steering, "anthropic": {
         **steering, "x-api-key": "bench", "anthropic-version": "2023-06-01"}}
     upstreams = [start_fake(fake["openai"]), start_fake_anthropic(fake["anthropic"])]
-    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp, \
+            OtlpReceiver() as collector:
         work = keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         gateways = [("gateway", extract(rev, work / "tree") if rev else ROOT)]
@@ -264,6 +269,8 @@ async def measure_all(bodies: dict[str, Any], paths: dict[str, str],
                         # a revision before issue 45 forwards every header and knows no key
                         config = "\n".join(line for line in config.splitlines()
                                            if not line.startswith("forward_headers"))
+                    if name == "gateway":
+                        config += "\n" + config_extra.replace("{collector}", collector.endpoint)
                     (home / "gateway.toml").write_text(config)
                     await run.target(name, name, [sys.executable, "-m", "gateway.cli", "serve",
                                                   "--config", str(home / "gateway.toml")],
@@ -352,7 +359,8 @@ def main(args: argparse.Namespace, bodies: dict[str, Any], paths: dict[str, str]
         bodies, paths, steering, args.instructions_requests, args.instructions_warmup,
         args.instructions_top, args.baseline_rev, args.instructions_keep, args.rev,
         CASES + tuple(c for c in RESPONSES_CASES if c[1] in args.apis),
-        args.instructions_policy.read_text() if args.instructions_policy else ""))
+        args.instructions_policy.read_text() if args.instructions_policy else "",
+        args.instructions_config.read_text() if args.instructions_config else ""))
     checks = acceptance(found["results"])
     doc = {"bench": "overhead_instructions", "counter": "callgrind Ir",
            "python": sys.version.split()[0], "pythonhashseed": ENV["PYTHONHASHSEED"],

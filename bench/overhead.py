@@ -69,6 +69,7 @@ line starting ``instructions per request:``.
     python bench/overhead.py --instructions [--instructions-requests 200] [--rev REV]
                              [--baseline-rev 360af9b] [--instructions-top 20]
                              [--instructions-keep DIR] [--instructions-policy TOML]
+                             [--instructions-config TOML]
 """
 
 from __future__ import annotations
@@ -309,6 +310,10 @@ def main() -> int:
     parser.add_argument("--instructions-policy", type=Path, metavar="TOML",
                         help="--instructions: appended to the gateway's policy (not the "
                              "baseline's): a feature's cost, on against off")
+    parser.add_argument("--instructions-config", type=Path, metavar="TOML",
+                        help="--instructions: appended to the gateway's config (not the "
+                             "baseline's; {collector}: the URL of an OTLP receiver the bench "
+                             "runs), e.g. bench/tracing.toml")
     parser.add_argument("--baseline-rev", help="--instructions: also this git revision's")
     parser.add_argument("--rev", help="--instructions: this git revision's gateway instead "
                                       "of the working tree's")

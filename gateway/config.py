@@ -23,6 +23,7 @@ from gateway.schema import bounded, load_toml, parse
 from gateway.secret import SecretConfig
 from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
 from gateway.stream_store import StreamsConfig
+from gateway.tracing_config import TracingConfig
 
 __all__ = [
     "AuthConfig",
@@ -38,6 +39,7 @@ __all__ = [
     "ServerConfig",
     "SpeculativeOptions",
     "Target",
+    "TracingConfig",
     "UpstreamConfig",
     "load_config",
 ]
@@ -311,6 +313,8 @@ class Config:
     secret: SecretConfig = field(default_factory=SecretConfig)
     #: Where resumable streams are kept (issue 48; gateway.stream_store).
     streams: StreamsConfig = field(default_factory=StreamsConfig)
+    #: OpenTelemetry traces (issue 49; gateway.tracing), off by default.
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     #: Set by load_config: the file, and the folder relative paths are resolved against.
     path: str = "<defaults>"
     root: str = "."
@@ -344,6 +348,7 @@ def load_config(path: str | Path) -> Config:
         responses=config.responses,
         secret=config.secret,
         streams=config.streams,
+        tracing=config.tracing,
         path=path,
         root=str(Path(path).resolve().parent),
     )

@@ -36,6 +36,7 @@ from gateway.requestlog import RequestRecord
 
 if TYPE_CHECKING:
     from gateway.policy import Policy
+    from gateway.tracing import RequestTrace
 
 __all__ = ["Headers", "Next", "Outcome", "Reply", "RequestContext", "RequestKind", "Stage",
            "Stream", "Ticket", "UpstreamState", "Usage"]
@@ -157,6 +158,9 @@ class RequestContext:
     usage: Usage | None = None
     finish_reason: str | None = None
     ttft_ms: float | None = None
+    #: Set by the endpoint when the request is traced (gateway.tracing): dispatch's
+    #: attempts and the pipeline's stage marks go on it; no stage reads it.
+    trace: RequestTrace | None = None
     _chat: dict[str, Any] | None = None
     _semantic_query: str | None = _UNSET
     _last_user_text: str | None = None

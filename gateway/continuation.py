@@ -50,6 +50,7 @@ from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.bridge import TranslatedStream
 from gateway.formats.translator import Translator
 from gateway.models import model_key
+from gateway.tracing import as_continuation
 from gateway.upstreams.base import Upstream, UpstreamRequest, WholeResponse
 
 if TYPE_CHECKING:
@@ -196,9 +197,10 @@ class Continuing:
         ctx.record.continued += 1
         spent = said.cut(said_text[len(text):])
         try:
-            target, result = await dispatcher.stream(
+            call = dispatcher.stream(
                 candidates, lambda t: _resent(plan.bodies.request(t), method, text, spent),
                 ctx)
+            target, result = await (call if ctx.trace is None else as_continuation(call))
         except (GatewayError, Shed) as exc:  # no target could take it: the stream ends
             raise failure from exc
         if isinstance(result, WholeResponse):  # refused with a status

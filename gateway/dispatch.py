@@ -31,17 +31,14 @@ is empty the request ends with what it has.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from gateway import jsonio
 from gateway.affinity import Affinity
 from gateway.balance import arrange
-from gateway.breaker import Breaker
 from gateway.concurrency import Shed, Slot
 from gateway.config import Target
 from gateway.context import Reply, RequestContext
@@ -52,60 +49,23 @@ from gateway.guard import Guard
 from gateway.hedge import HedgeBudget, race
 from gateway.http import forward_response_headers, retry_after_ms
 from gateway.models import model_key, model_not_found
+from gateway.opened import Opened
 from gateway.outbound import Outbound, observe
 from gateway.policy import Policy, RetryPolicy
 from gateway.retry_budget import RetryBudget
 from gateway.service_time import work_of
 from gateway.stream_watch import StreamWatch
+from gateway.tracing import as_hedge
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
     UpstreamRequest,
-    UpstreamResponse,
     WholeResponse,
 )
 
 __all__ = ["Dispatch", "Dispatcher", "Guard", "Opened", "backoff_ms"]
 
 R = TypeVar("R", bound="WholeResponse | Opened")
-
-
-@dataclass(slots=True)
-class Opened:
-    """A successful streaming response whose first chunk has been read. The caller closes
-    it when the stream is over, saying whether the upstream failed it midway: that releases
-    ``slot`` (if any) and reports the stream's outcome to the upstream's ``breaker``."""
-
-    response: UpstreamResponse
-    chunks: AsyncIterator[bytes]
-    first: bytes
-    status: int = 200
-    slot: Slot | None = None
-    breaker: Breaker | None = None
-
-    @property
-    def headers(self) -> RawHeaders:
-        return self.response.headers
-
-    async def finish(self) -> None:
-        """Read what the upstream still sends after the stream's last event (the end of
-        its chunked body), so its connection goes back to the pool instead of being
-        closed. A failure here harms nobody: the client has everything."""
-        if not self.response.at_eof():
-            with contextlib.suppress(UpstreamError):
-                async for _ in self.chunks:
-                    pass
-
-    def close(self, failed: bool = False) -> None:
-        """``failed``: the upstream broke the stream (dropped it, stalled, sent an error
-        event); a client disconnect is not the upstream's failure."""
-        self.response.close()
-        if self.slot is not None:
-            self.slot.release()
-            self.slot = None
-        if self.breaker is not None:
-            self.breaker.record(not failed)
-            self.breaker = None
 
 
 def backoff_ms(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
@@ -197,6 +157,8 @@ class Dispatcher:
         shed: Shed | None = None
         tries = 0
         self.budget.deposit()
+        if ctx.trace is not None:
+            attempt = ctx.trace.traced(attempt, ctx.kind)
         for target in targets:
             upstream = self.upstreams[target.upstream]
             if not upstream.enabled:
@@ -374,7 +336,8 @@ class Dispatch:
             return free and dispatcher.hedges.allowed()
         (target, result), hedged = await race(
             lambda: run(targets, bodies.request, ctx),
-            lambda: run(targets[1:], bodies.request, ctx),
+            lambda: run(targets[1:], bodies.request, ctx) if ctx.trace is None
+            else as_hedge(run(targets[1:], bodies.request, ctx)),
             after_s, allowed, lambda r: r[1].status in retry_on, lambda r: _close(r[1]))
         if hedged:
             ctx.record.hedged = True

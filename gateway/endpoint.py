@@ -27,7 +27,7 @@ from gateway.context import Headers, Outcome, Reply, RequestContext, RequestKind
 from gateway.errors import GatewayError, UpstreamError
 from gateway.formats.apis import OPENAI, RESPONSES, ApiFormat
 from gateway.formats.usage import Usage
-from gateway.http import read_body, restrict_betas, send_bytes
+from gateway.http import content_length, read_body, restrict_betas, send_bytes
 from gateway.models import model_not_found
 from gateway.requestlog import RequestRecord
 from gateway.state import Gateway
@@ -74,6 +74,7 @@ class ModelEndpoint:
         api = self.api
         if api is not OPENAI:
             rec.api = api.name
+        trace = None if gw.tracing is None else gw.tracing.start(first, rec.started, self.route)
         extra: Headers = [(b"x-request-id", rec.request_id.encode())]
         sending = _Sending(send, rec, extra, api)
         gw.metrics.in_flight += 1
@@ -90,7 +91,7 @@ class ModelEndpoint:
             if gw.auth.betas and rec.key_id in gw.auth.betas:  # the key's betas only
                 headers = restrict_betas(headers, gw.auth.betas[rec.key_id])
             raw = await read_body(receive, gw.config.server.max_body_bytes,
-                                  _content_length(first.get(b"content-length")))
+                                  content_length(first.get(b"content-length")))
             body = api.parse_request(raw, self.kind)
             runtime = gw.runtime  # the policy snapshot and its pipeline, taken once
             rec.policy_version = runtime.policy.version
@@ -105,6 +106,7 @@ class ModelEndpoint:
             ctx = RequestContext(self.kind, self.path, raw, body, headers, first, rec.key_id,
                                  rec.request_id, rec.stream, runtime.policy, rec, rec.started,
                                  name, name, route, extra, api)
+            ctx.trace = trace
             if "prompt_cache_key" in body:  # the client's own: namespaced by its key
                 gw.cache_keys.scope(ctx)
             if rec.stream:
@@ -146,6 +148,8 @@ class ModelEndpoint:
             if ctx is not None:
                 _fill(rec, ctx)
             rec.finish()
+            if trace is not None:
+                trace.end(rec, ctx)
             gw.metrics.observe(rec)
             gw.logger.emit(rec)
 
@@ -245,6 +249,8 @@ class _Sending:
             await self._late(reply, ctx)
             return
         delivered = False
+        if ctx.trace is not None:
+            ctx.trace.answered(reply.json if reply.json is not None else reply.body)
         try:
             self.rec.status = reply.status
             if reply.sse:
@@ -326,6 +332,8 @@ class _Sending:
         assert stream is not None
         observer = self.api.observer(reply.hide_usage)
         rec.status = 200
+        if ctx.trace is not None:
+            ctx.trace.answered(stream.first)
         failed = delivered = False  # failed: the upstream broke the stream
         try:
             self.streaming = True
@@ -386,13 +394,3 @@ def _first_event(ctx: RequestContext) -> None:
     """Note the time to the first event sent (once)."""
     if ctx.ttft_ms is None:
         ctx.ttft_ms = round((time.perf_counter() - ctx.started) * 1000, 3)
-
-
-def _content_length(value: bytes | None) -> int | None:
-    """The first ``content-length`` header's value read, if any and readable."""
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None

@@ -22,6 +22,7 @@ __all__ = [
     "NEVER_FORWARDED",
     "NEVER_FORWARDED_PREFIXES",
     "HeaderAllow",
+    "content_length",
     "forward_request_headers",
     "forward_response_headers",
     "read_body",
@@ -208,3 +209,13 @@ def retry_after_ms(headers: Sequence[tuple[bytes, bytes]]) -> float | None:
     except ValueError:
         when = email.utils.parsedate_to_datetime(seconds) if seconds else None
         return None if when is None else max(0.0, (when.timestamp() - time.time()) * 1000)
+
+
+def content_length(value: bytes | None) -> int | None:
+    """The first ``content-length`` header's value read, if any and readable."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -40,11 +40,13 @@ class Pipeline:
     def __init__(self, policy: Policy, services: Services, terminal: Next) -> None:
         self.names = policy.pipeline.stages
         check_stages(self.names)
-        built = (STAGES[name].build(policy, services) for name in self.names)
-        stages: list[Stage] = [stage for stage in built if stage is not None]
+        built = ((name, STAGES[name].build(policy, services)) for name in self.names)
+        stages: list[Stage] = [_Timed(name, stage) if services.traced else stage
+                               for name, stage in built if stage is not None]
         #: Model names that a stage serves beyond the configured models (router aliases).
         self.aliases: frozenset[str] = frozenset().union(
-            *(getattr(s, "aliases", frozenset()) for s in stages))
+            *(getattr(s.stage if isinstance(s, _Timed) else s, "aliases", frozenset())
+              for s in stages))
         handler = terminal
         for stage in reversed(stages):
             handler = functools.partial(stage.__call__, call_next=handler)
@@ -52,3 +54,27 @@ class Pipeline:
 
     def __call__(self, ctx: RequestContext) -> Awaitable[Reply]:
         return self._handler(ctx)
+
+
+class _Timed:
+    """A stage timed for the request's trace (only when tracing is on; gateway.tracing):
+    from its start to its handing on to the next, or to its own answer."""
+
+    __slots__ = ("name", "stage")
+
+    def __init__(self, name: str, stage: Stage) -> None:
+        self.name, self.stage = name, stage
+
+    async def __call__(self, ctx: RequestContext, call_next: Next) -> Reply:
+        trace = ctx.trace
+        if trace is None:  # not sampled
+            return await self.stage(ctx, call_next)
+        mark = trace.stage_started(self.name)
+
+        def handing_on(ctx: RequestContext) -> Awaitable[Reply]:
+            trace.stage_ended(mark)
+            return call_next(ctx)
+        try:
+            return await self.stage(ctx, handing_on)
+        finally:
+            trace.stage_ended(mark)

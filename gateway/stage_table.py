@@ -63,6 +63,8 @@ class Services:
     model_limiters: ModelLimiters
     #: The coalesce stage's calls in flight.
     flights: Flights
+    #: Requests may be traced (gateway.tracing): the pipeline times each stage.
+    traced: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from gateway.secret import load_secret
 from gateway.stage_table import Services, check_stages
 from gateway.store_config import key_share
 from gateway.stream_watch import StreamWatchCollector
+from gateway.tracing import Tracing
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.openai import OpenAIUpstream
 from llm_wire.asgi import DisconnectWatches
@@ -145,6 +146,8 @@ class Gateway:
         self.metrics.registry.register(StreamWatchCollector(self.dispatcher.watch,
                                                             self.upstreams))
         self.logger = RequestLogger(request_sink, enabled=config.logging.requests)
+        #: OpenTelemetry traces (gateway.tracing): None when off, as by default.
+        self.tracing = _tracing(config, self.metrics, self.upstreams)
         self.request_ids = RequestIds()
         self.cache = build_cache(config.cache, embed, lambda: self.policy.cache.verifier,
                                  len(config.auth.keys)) if config.cache.enabled else None
@@ -191,7 +194,7 @@ class Gateway:
             prompt_memory=self.prompt_memory, cache_keys=self.cache_keys,
             rate_limiter=self.rate_limiter,
             entry_limits=self.entry_limits, model_limiters=self.model_limiters,
-            flights=self.flights)
+            flights=self.flights, traced=self.tracing is not None)
         self._terminal = Dispatch(self.dispatcher)
         self.runtime = Runtime(policy, Pipeline(policy, self.services, self._terminal))
         self._load_embedder = load_embedder
@@ -279,3 +282,20 @@ class Gateway:
         await self.responses.aclose()
         for upstream in self.upstreams.values():
             await upstream.aclose()
+        if self.tracing is not None:  # what is queued goes out (the export timeout at most)
+            await asyncio.to_thread(self.tracing.shutdown)
+
+
+def _tracing(config: Config, metrics: Metrics, upstreams: dict[str, Upstream]) -> Tracing | None:
+    """The tracer when ``[tracing]`` is on (its span counts on /metrics; the local engines
+    it starts trace too), else None: nothing of OpenTelemetry imported."""
+    if not config.tracing.on:
+        return None
+    from gateway.upstreams.local import LocalUpstream
+
+    tracing = Tracing(config.tracing)
+    metrics.registry.register(tracing.counts.collector())
+    for upstream in upstreams.values():
+        if isinstance(upstream, LocalUpstream):
+            upstream.trace_env = tracing.engine_env()
+    return tracing

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -78,7 +78,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 if self.path != "/v1/traces" or self.headers.get(
                         "content-type") != "application/x-protobuf":
@@ -107,7 +107,7 @@ class OtlpReceiver:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
 
-    def __enter__(self) -> OtlpReceiver:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -24,6 +24,7 @@ MESSAGES_PATH = "/v1/messages"
 
 class AnthropicUpstream(OpenAIUpstream):
     api = "anthropic"
+    provider = "anthropic"
 
     def __init__(self, name: str, config: UpstreamConfig):
         super().__init__(name, config)

@@ -83,6 +83,8 @@ class Upstream(abc.ABC):
     name: str
     #: The wire format it speaks: "openai" (Chat Completions) or "anthropic" (Messages).
     api: str = "openai"
+    #: Its ``gen_ai.provider.name`` in traces (OpenTelemetry GenAI conventions: gateway.tracing).
+    provider: str = "openai"
     #: It also serves OpenAI's Responses API (``/responses``) itself: a Responses request
     #: goes to it untranslated (``native_responses`` in its config).
     native_responses: bool = False

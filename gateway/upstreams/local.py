@@ -58,6 +58,7 @@ def _prepare_child(nice: int) -> None:  # pragma: no cover - runs in the child b
 
 
 class LocalUpstream(OpenAIUpstream):
+    provider = "local_engine"  # gen_ai.provider.name in traces
     continues_final_message = True  # local_engine.openai_format: continue_final_message
 
     def __init__(self, name: str, config: UpstreamConfig):
@@ -71,6 +72,9 @@ class LocalUpstream(OpenAIUpstream):
         self._start_failed: int | None = None  # exit status of an engine that never came up
         self._supervisor: asyncio.Task[None] | None = None
         self._capacity_changed: list[Callable[[int | None, ServiceRates | None], None]] = []
+        #: Set when the gateway traces (gateway.tracing.Tracing.engine_env): the engine
+        #: traces too (``--tracing``), exporting with this environment.
+        self.trace_env: dict[str, str] | None = None
 
     @property
     def ready(self) -> bool:
@@ -92,6 +96,8 @@ class LocalUpstream(OpenAIUpstream):
         spec = e.speculative
         cmd += ["--speculative", "off" if spec.method == "off"
                 else json.dumps(dataclasses.asdict(spec))]
+        if self.trace_env is not None:
+            cmd.append("--tracing")
         return cmd if e.embeddings else [*cmd, "--no-embeddings"]
 
     async def start(self) -> None:
@@ -104,6 +110,7 @@ class LocalUpstream(OpenAIUpstream):
     async def _spawn(self) -> asyncio.subprocess.Process:
         self._process = await asyncio.create_subprocess_exec(
             *self.command(), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+            env=None if self.trace_env is None else {**os.environ, **self.trace_env},
             preexec_fn=functools.partial(_prepare_child, self.engine.nice))
         return self._process
 

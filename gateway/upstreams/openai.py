@@ -18,6 +18,7 @@ from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamStalled, UpstreamTimeout, UpstreamUnreachable
 from gateway.http import HeaderAllow
 from gateway.stream_events import alive
+from gateway.tracing import OUTGOING
 from gateway.upstreams.base import RawHeaders, Upstream, UpstreamRequest, UpstreamResponse
 
 __all__ = ["OpenAIUpstream"]
@@ -251,5 +252,9 @@ class OpenAIUpstream(Upstream):
         out.update(own)
         if request_id:
             out["x-request-id"] = request_id
+        traced = OUTGOING.get()  # this attempt's trace context, when traced (not the client's)
+        if traced is not None:
+            out.pop("tracestate", None)
+            out.update(traced)
         return out
 
