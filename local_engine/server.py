@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,18 +36,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from llm_wire.asgi import ClientDisconnected, run_until_disconnect
-from llm_wire.sse import DONE, json_event
 from local_engine.async_engine import AsyncEngine
 from local_engine.calibrate import latency_bounded_batch
-from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
-from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
+from local_engine.chat_stream import collect, stream
+from local_engine.engine import Engine, EngineConfig, PromptTooLong
+from local_engine.errors import EngineError, InvalidJSON, InvalidRequest
 from local_engine.grammar import Grammar, GrammarCompiler, GrammarError
 from local_engine.kv_cache import KV_CACHE_DTYPES
 from local_engine.loader import DTYPES, load
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
-    ChatRequest,
-    chat_chunk,
     chat_completion,
     embeddings_response,
     encode_chat,
@@ -144,12 +142,12 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         except EngineError as exc:
             return _error(exc)
         if chat.stream:
-            return StreamingResponse(_stream(chat, id_, len(prompt), first, outputs),
+            return StreamingResponse(stream(chat, id_, len(prompt), first, outputs),
                                      media_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
                                               "x-accel-buffering": "no"})
         try:
-            last = await run_until_disconnect(request.receive, _collect(first, outputs))
+            last = await run_until_disconnect(request.receive, collect(first, outputs))
         except ClientDisconnected:
             return Response(status_code=499)
         finally:
@@ -250,52 +248,6 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         Route("/healthz", healthz, methods=["GET"]),
         Route("/kv_events", kv_events, methods=["GET"]),
     ], lifespan=lifespan)
-
-
-async def _collect(first: Output, outputs: AsyncIterator[Output]) -> Output:
-    last = first
-    while not last.finished:
-        last = await anext(outputs)
-    return last
-
-
-async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
-                  outputs: AsyncGenerator[Output, None]) -> AsyncIterator[bytes]:
-    """SSE chunks: role, content deltas, the finish chunk, usage (when asked), [DONE].
-    Starlette cancels this generator when the client disconnects; closing ``outputs``
-    then aborts the request."""
-    created = int(time.time())
-    model = chat.model
-    parser = CallParser() if chat.structured.calls else None
-    try:
-        yield chat_chunk(id_, model, created, {"role": "assistant", "content": ""})
-        out = first
-        while True:
-            if parser is not None:
-                deltas = parser.feed(out.text) + (parser.close() if out.finished else [])
-                for delta in deltas:
-                    yield chat_chunk(id_, model, created, delta)
-            elif out.text:
-                yield chat_chunk(id_, model, created, {"content": out.text})
-            if out.finished:
-                break
-            try:
-                out = await anext(outputs)
-            except Exception as exc:  # noqa: BLE001 - the engine failed mid-stream: say so, end
-                err = GenerationFailed(f"the local engine failed: {exc}")
-                yield json_event({"error": err.as_dict()})
-                return
-        seq = out.seq
-        reason = seq.finish_reason or "stop"
-        if parser is not None and parser.calls and reason == "stop":
-            reason = "tool_calls"
-        yield chat_chunk(id_, model, created, {}, reason)
-        if chat.include_usage:
-            yield chat_chunk(id_, model, created, None,
-                             usage_=usage(prompt_len, len(seq.output_ids), seq.num_cached))
-        yield DONE
-    finally:
-        await outputs.aclose()
 
 
 def load_server(model: str, config: EngineConfig, embeddings: bool = True,
