@@ -12,7 +12,8 @@ deltas), POST
 :mod:`local_engine.scorer`), GET /v1/models, /metrics, /healthz (with the running and
 waiting sequences and KV blocks used), GET /kv_events (the prefix cache's stored and evicted
 block hashes, :mod:`local_engine.kv_events`). A client that disconnects aborts its request:
-its KV blocks are free at the next step.
+its KV blocks are free at the next step. With ``--tracing``, a chat or completions
+request's W3C ``traceparent`` is continued by the engine's spans (:mod:`local_engine.tracing`).
 """
 
 from __future__ import annotations

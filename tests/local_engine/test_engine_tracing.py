@@ -9,6 +9,7 @@ gateway spawns it.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import uuid
@@ -23,7 +24,7 @@ import pytest
 from gateway.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
 from gateway.testing.server import ServerThread
 from local_engine.async_engine import AsyncEngine
-from local_engine.engine import Engine
+from local_engine.engine import Engine, Output
 from local_engine.server import EngineServer, build_app
 from local_engine.speculative import SpecConfig
 from local_engine.tracing import make_tracer
@@ -77,12 +78,10 @@ def receiver() -> Iterator[OtlpReceiver]:
         yield receiver
 
 
-@pytest.fixture
-def traced(make_engine: Callable[..., Engine], receiver: OtlpReceiver,
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[Traced]:
-    # every draft verified (goodput off), looked up by one token: drafts on the random model
-    spec = SpecConfig(min_n=1, max_n=1, num_tokens=2, goodput=False, min_acceptance=0.0)
-    engine = make_engine(max_model_len=400, speculative=spec)
+@contextlib.contextmanager
+def serving(engine: Engine, receiver: OtlpReceiver,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Traced]:
+    """``engine`` served with tracing on, exporting to ``receiver``."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # ms: export quickly
     for name in ("OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):
@@ -92,6 +91,16 @@ def traced(make_engine: Callable[..., Engine], receiver: OtlpReceiver,
     with ServerThread(build_app(server)) as srv, openai.OpenAI(
             base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
         yield Traced(srv.url, engine, receiver, client, uuid.uuid4().hex)
+
+
+@pytest.fixture
+def traced(make_engine: Callable[..., Engine], receiver: OtlpReceiver,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[Traced]:
+    # every draft verified (goodput off), looked up by one token: drafts on the random model
+    spec = SpecConfig(min_n=1, max_n=1, num_tokens=2, goodput=False, min_acceptance=0.0)
+    with serving(make_engine(max_model_len=400, speculative=spec), receiver,
+                 monkeypatch) as traced:
+        yield traced
 
 
 def _by_name(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
@@ -189,6 +198,35 @@ def test_scoring_and_a_refused_prompt_get_server_spans(traced: Traced) -> None:
     refused = spans["chat tiny"]
     assert refused.status == "error"
     assert refused.attributes["error.type"] == "PromptTooLong"
+
+
+class FailingEngine(Engine):
+    """Runs its first step, then fails every later one, as a model error mid-stream would."""
+
+    steps = 0
+
+    def step(self) -> list[Output]:
+        self.steps += 1
+        if self.steps > 1:
+            raise RuntimeError("device lost")
+        return super().step()
+
+
+def test_an_engine_failure_marks_the_span_as_an_error(
+        make_engine: Callable[..., Engine], receiver: OtlpReceiver,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = make_engine()
+    engine = FailingEngine(made.model, made.decode, made.config, tuple(made.eos))
+    with serving(engine, receiver, monkeypatch) as traced:
+        stream = traced.chat(max_tokens=50, stream=True)
+        with pytest.raises(openai.APIError):
+            for _ in stream:  # type: ignore[attr-defined]
+                pass
+        spans = _by_name(traced.spans())
+    server = spans["chat tiny"]
+    assert server.status == "error" and server.attributes["error.type"] == "RuntimeError"
+    assert server.event("finish") is None and server.event("cancel") is None
+    assert set(spans) == {"chat tiny", "queue", "prefill", "decode"}
 
 
 def test_with_tracing_off_the_engine_imports_no_opentelemetry() -> None:
