@@ -116,7 +116,8 @@ class EngineTracer:
         elif cancelled:
             span.add_event("cancel", timestamp=end)
         else:
-            span.add_event("finish", {"local_engine.finish_reason": reason or ""}, end)
+            span.add_event("finish", {"local_engine.finish_reason": reason} if reason else None,
+                           end)
         span.end(end)
 
     def sequence_span(self, seq: Sequence, end: float, cancelled: bool = False,
