@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from local_engine.engine import Engine, Output, PromptTooLong
 from local_engine.metrics import EngineMetrics
 from local_engine.scorer import ScoreBatch
 from local_engine.sequence import SamplingParams, Sequence
+
+if TYPE_CHECKING:
+    from local_engine.tracing import EngineTracer, TraceInfo
 
 __all__ = ["AsyncEngine", "EngineClosed"]
 
@@ -41,6 +44,7 @@ class _Request:
     results: asyncio.Queue[Output | BaseException] = field(default_factory=asyncio.Queue)
     seq: Sequence | None = None
     done: bool = False
+    trace: TraceInfo | None = None
 
 
 @dataclass(eq=False)
@@ -61,15 +65,18 @@ class _EmbedJob:
 class AsyncEngine:
     """``engine`` generates and scores; ``embed_fn(texts) -> [n, dim] float32`` embeds
     (either may be None). ``max_embed_batch``: texts per embedding forward pass;
-    ``max_score_tokens``: tokens one scoring call may hold (its scratch KV cache)."""
+    ``max_score_tokens``: tokens one scoring call may hold (its scratch KV cache).
+    ``tracer``: traces requests that carry a TraceInfo (:mod:`local_engine.tracing`; None:
+    off), shut down by :meth:`close`."""
 
     def __init__(self, engine: Engine | None,
                  embed_fn: Callable[[list[str]], np.ndarray] | None = None,
                  metrics: EngineMetrics | None = None, max_embed_batch: int = 64,
-                 max_score_tokens: int = 8192):
+                 max_score_tokens: int = 8192, tracer: EngineTracer | None = None):
         self.engine = engine
         self.embed_fn = embed_fn
         self.metrics = metrics
+        self.tracer = tracer
         self.max_embed_batch = max_embed_batch
         self.max_score_tokens = max_score_tokens
         self._scores: list[_ScoreJob] = []
@@ -85,11 +92,14 @@ class AsyncEngine:
         return self
 
     def close(self) -> None:
-        """Stop the worker thread; open requests end with EngineClosed."""
+        """Stop the worker thread; open requests end with EngineClosed; then export the
+        spans still queued (blocks up to the exporter's timeout when tracing)."""
         self._closed = True
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        if self.tracer is not None:
+            self.tracer.shutdown()
 
     def _submit(self, kind: str, item: Any) -> None:
         if self._closed:
@@ -98,14 +108,15 @@ class AsyncEngine:
         self._wake.set()
 
     # -- caller side (any event loop) ------------------------------------------------------
-    async def generate(self, prompt_ids: list[int],
-                       params: SamplingParams) -> AsyncGenerator[Output, None]:
+    async def generate(self, prompt_ids: list[int], params: SamplingParams,
+                       trace: TraceInfo | None = None) -> AsyncGenerator[Output, None]:
         """Outputs as steps produce them; the last has ``finished`` set. Leaving the loop
         early (or being cancelled) aborts the request. Raises what :meth:`Engine.add` raises
-        (ValueError, PromptTooLong) and EngineClosed."""
+        (ValueError, PromptTooLong) and EngineClosed. ``trace``: the request's trace
+        context (with a tracer, its spans are made when it ends)."""
         if self.engine is None:
             raise EngineClosed("this engine serves no generation model")
-        request = _Request(prompt_ids, params, asyncio.get_running_loop())
+        request = _Request(prompt_ids, params, asyncio.get_running_loop(), trace=trace)
         self._submit("add", request)
         try:
             while True:
@@ -190,6 +201,8 @@ class AsyncEngine:
                     self._active.pop(item.seq.seq_id, None)
                     if self.metrics is not None:
                         self.metrics.aborted.inc()
+                    if item.seq.trace is not None:
+                        self._traced(item.seq, cancelled=True)
             elif kind == "score":
                 self._scores.append(item)
             else:
@@ -200,12 +213,17 @@ class AsyncEngine:
         try:
             request.seq = self.engine.add(request.prompt_ids, request.params)
         except ValueError as exc:
+            if request.trace is not None and self.tracer is not None:
+                request.trace.input_tokens = len(request.prompt_ids)
+                self.tracer.request_span(request.trace, error=exc)
             request.loop.call_soon_threadsafe(request.results.put_nowait, exc)
             return
+        request.seq.trace = request.trace
         self._active[request.seq.seq_id] = request
 
     def _deliver(self, outputs: list[Output]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Output]]] = {}
+        traced: list[Sequence] = []
         for out in outputs:
             request = self._active.get(out.seq.seq_id)
             if request is None:
@@ -214,19 +232,34 @@ class AsyncEngine:
                 del self._active[out.seq.seq_id]
                 if self.metrics is not None:
                     self.metrics.observe_finished(out.seq, time.perf_counter())
+                if out.seq.trace is not None:
+                    traced.append(out.seq)
             by_loop.setdefault(request.loop, []).append((request, out))
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_put_all, items)
             except RuntimeError:  # the caller's loop is closed: nobody is listening
                 for request, _ in items:
-                    if request.seq is not None and self.engine is not None:
-                        self.engine.abort(request.seq)
+                    seq = request.seq
+                    if seq is not None and self.engine is not None and not seq.finished:
+                        self.engine.abort(seq)
+                        if seq.trace is not None:
+                            self._traced(seq, cancelled=True)
+        for seq in traced:  # after the delivery: the callers need not wait for spans
+            self._traced(seq)
+
+    def _traced(self, seq: Sequence, cancelled: bool = False,
+                error: BaseException | None = None) -> None:
+        """Make ``seq``'s spans now that it has ended (it carries a TraceInfo)."""
+        if self.tracer is not None:
+            self.tracer.sequence_span(seq, time.perf_counter(), cancelled, error)
 
     def _fail_all(self, exc: BaseException) -> None:
         for request in list(self._active.values()):
             if request.seq is not None and self.engine is not None:
                 self.engine.abort(request.seq)
+                if request.seq.trace is not None:
+                    self._traced(request.seq, error=exc)
             try:
                 request.loop.call_soon_threadsafe(request.results.put_nowait, exc)
             except RuntimeError:

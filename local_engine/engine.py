@@ -160,6 +160,11 @@ class Engine:
         outputs: list[Output] = []
         for sc, new in zip(batch, tokens, strict=True):
             seq = sc.seq
+            if sc.decodes and seq.first_token_at is not None:
+                seq.decode_steps += 1
+            else:  # a prompt chunk (or a preempted sequence's recompute)
+                seq.prefill_chunks += 1
+                seq.prefill_tokens += sc.num_new
             # a decode keeps its last token and the accepted drafts: len(new) - 1 of them
             seq.num_computed = sc.start + (len(new) if sc.decodes else sc.num_new)
             if not new:  # a prefill chunk short of the end
@@ -188,6 +193,8 @@ class Engine:
                      accepted: int) -> None:
         assert self.scheduler.proposer is not None  # drafts come only from it
         self.scheduler.proposer.observe(seq, proposed, accepted)
+        seq.draft_tokens += proposed
+        seq.accepted_tokens += accepted
         stats.drafts += 1
         stats.draft_tokens += proposed
         stats.accepted += accepted

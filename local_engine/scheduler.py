@@ -208,6 +208,7 @@ class Scheduler:
         self.blocks.release(seq)
         seq.num_computed = 0
         self.num_preempted += 1
+        seq.preemptions += 1
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)
 

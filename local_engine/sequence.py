@@ -67,6 +67,17 @@ class Sequence:
     num_synced_blocks: int = 0
     draft: Any = None  # speculative.DraftState once speculation has looked at it
     matcher: Any = None  # llguidance.LLMatcher of params.grammar, advanced token by token
+    # What a trace of this request reports (local_engine.tracing), plain ints bumped by the
+    # step loop: steps that prefilled it and the tokens they computed (a preempted
+    # sequence's recompute included), decode steps, speculative draft tokens verified and
+    # accepted, preemptions. ``trace``: a tracing.TraceInfo (None: not traced).
+    prefill_chunks: int = 0
+    prefill_tokens: int = 0
+    decode_steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    preemptions: int = 0
+    trace: Any = None
 
     @property
     def num_tokens(self) -> int:

@@ -12,7 +12,8 @@ deltas), POST
 :mod:`local_engine.scorer`), GET /v1/models, /metrics, /healthz (with the running and
 waiting sequences and KV blocks used), GET /kv_events (the prefix cache's stored and evicted
 block hashes, :mod:`local_engine.kv_events`). A client that disconnects aborts its request:
-its KV blocks are free at the next step.
+its KV blocks are free at the next step. With ``--tracing``, a chat or completions
+request's W3C ``traceparent`` is continued by the engine's spans (:mod:`local_engine.tracing`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,18 +37,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from llm_wire.asgi import ClientDisconnected, run_until_disconnect
-from llm_wire.sse import DONE, json_event
 from local_engine.async_engine import AsyncEngine
 from local_engine.calibrate import latency_bounded_batch
-from local_engine.engine import Engine, EngineConfig, Output, PromptTooLong
-from local_engine.errors import EngineError, GenerationFailed, InvalidJSON, InvalidRequest
+from local_engine.chat_stream import collect, stream
+from local_engine.engine import Engine, EngineConfig, PromptTooLong
+from local_engine.errors import EngineError, InvalidJSON, InvalidRequest
 from local_engine.grammar import Grammar, GrammarCompiler, GrammarError
 from local_engine.kv_cache import KV_CACHE_DTYPES
 from local_engine.loader import DTYPES, load
 from local_engine.metrics import EngineMetrics
 from local_engine.openai_format import (
-    ChatRequest,
-    chat_chunk,
     chat_completion,
     embeddings_response,
     encode_chat,
@@ -62,6 +61,7 @@ from local_engine.scorer import encode_text
 from local_engine.speculative import SpecConfig
 from local_engine.structured import Structured, compile_structured
 from local_engine.tool_calls import CallParser, merge
+from local_engine.tracing import make_tracer
 
 __all__ = ["EngineServer", "build_app", "main"]
 
@@ -128,13 +128,18 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
     created = int(time.time())
 
     async def chat(request: Request) -> Response:
+        tracer = server.engine.tracer  # its spans are made when the sequence ends
+        trace = None if tracer is None else tracer.begin(request.headers, "chat")
         try:
             chat = parse_chat(await _json(request), server.default_max_tokens)
             grammar = await server.grammar(chat.structured)
             prompt = server.encode_chat(chat.messages, chat.continue_final)
             id_ = "chatcmpl-" + uuid.uuid4().hex
+            if trace is not None:
+                trace.model, trace.response_id = chat.model, id_
             outputs = server.engine.generate(prompt, dataclasses.replace(chat.params,
-                                                                         grammar=grammar))
+                                                                         grammar=grammar),
+                                             trace)
             first = await anext(outputs)  # errors (prompt too long) surface before headers
         except PromptTooLong as exc:
             return _error(InvalidRequest(str(exc), param="messages",
@@ -144,12 +149,12 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
         except EngineError as exc:
             return _error(exc)
         if chat.stream:
-            return StreamingResponse(_stream(chat, id_, len(prompt), first, outputs),
+            return StreamingResponse(stream(chat, id_, len(prompt), first, outputs),
                                      media_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
                                               "x-accel-buffering": "no"})
         try:
-            last = await run_until_disconnect(request.receive, _collect(first, outputs))
+            last = await run_until_disconnect(request.receive, collect(first, outputs))
         except ClientDisconnected:
             return Response(status_code=499)
         finally:
@@ -179,23 +184,36 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
 
     async def completions(request: Request) -> Response:
         """Legacy completions, for scoring: the prompts' token log-probabilities."""
+        tracer = server.engine.tracer
+        trace = None if tracer is None else tracer.begin(request.headers, "text_completion")
+        failure: Exception | None = None
         try:
             score = parse_score(await _json(request))
             encoded = [server.encode_text(p) for p in score.prompts]
             if any(not ids for ids, _ in encoded):
                 raise InvalidRequest("a prompt has no tokens", param="prompt")
+            if trace is not None:
+                trace.model, trace.input_tokens = score.model, sum(len(i) for i, _ in encoded)
             scored = await run_until_disconnect(
                 request.receive, server.engine.score([ids for ids, _ in encoded]))
-        except ClientDisconnected:
+            body = score_response("cmpl-" + uuid.uuid4().hex, score, int(time.time()),
+                                  [(offsets, lp) for (_, offsets), lp in zip(encoded, scored)])
+            return Response(orjson.dumps(body), media_type="application/json")
+        except ClientDisconnected as exc:
+            failure = exc
             return Response(status_code=499)
         except PromptTooLong as exc:
+            failure = exc
             return _error(InvalidRequest(str(exc), param="prompt",
                                          code="context_length_exceeded"))
         except EngineError as exc:
+            failure = exc
             return _error(exc)
-        body = score_response("cmpl-" + uuid.uuid4().hex, score, int(time.time()),
-                              [(offsets, lp) for (_, offsets), lp in zip(encoded, scored)])
-        return Response(orjson.dumps(body), media_type="application/json")
+        finally:
+            if tracer is not None and trace is not None:
+                tracer.request_span(trace, isinstance(failure, ClientDisconnected),
+                                    None if isinstance(failure, ClientDisconnected)
+                                    else failure)
 
     async def models(request: Request) -> Response:
         names = [server.model_name] + ([server.embedding_model] if server.embedding_model
@@ -252,60 +270,15 @@ def build_app(server: EngineServer, metrics: EngineMetrics | None = None) -> Sta
     ], lifespan=lifespan)
 
 
-async def _collect(first: Output, outputs: AsyncIterator[Output]) -> Output:
-    last = first
-    while not last.finished:
-        last = await anext(outputs)
-    return last
-
-
-async def _stream(chat: ChatRequest, id_: str, prompt_len: int, first: Output,
-                  outputs: AsyncGenerator[Output, None]) -> AsyncIterator[bytes]:
-    """SSE chunks: role, content deltas, the finish chunk, usage (when asked), [DONE].
-    Starlette cancels this generator when the client disconnects; closing ``outputs``
-    then aborts the request."""
-    created = int(time.time())
-    model = chat.model
-    parser = CallParser() if chat.structured.calls else None
-    try:
-        yield chat_chunk(id_, model, created, {"role": "assistant", "content": ""})
-        out = first
-        while True:
-            if parser is not None:
-                deltas = parser.feed(out.text) + (parser.close() if out.finished else [])
-                for delta in deltas:
-                    yield chat_chunk(id_, model, created, delta)
-            elif out.text:
-                yield chat_chunk(id_, model, created, {"content": out.text})
-            if out.finished:
-                break
-            try:
-                out = await anext(outputs)
-            except Exception as exc:  # noqa: BLE001 - the engine failed mid-stream: say so, end
-                err = GenerationFailed(f"the local engine failed: {exc}")
-                yield json_event({"error": err.as_dict()})
-                return
-        seq = out.seq
-        reason = seq.finish_reason or "stop"
-        if parser is not None and parser.calls and reason == "stop":
-            reason = "tool_calls"
-        yield chat_chunk(id_, model, created, {}, reason)
-        if chat.include_usage:
-            yield chat_chunk(id_, model, created, None,
-                             usage_=usage(prompt_len, len(seq.output_ids), seq.num_cached))
-        yield DONE
-    finally:
-        await outputs.aclose()
-
-
 def load_server(model: str, config: EngineConfig, embeddings: bool = True,
                 default_max_tokens: int = 512, max_step_slowdown: float = 0.0,
-                dtype: str = "auto",
-                quantization: str = "none") -> tuple[EngineServer, EngineMetrics]:
+                dtype: str = "auto", quantization: str = "none",
+                tracing: bool = False) -> tuple[EngineServer, EngineMetrics]:
     """Load the chat model in ``dtype`` (local_engine.loader.engine_dtype), its weights
     quantized as ``quantization`` says (local_engine.quantize), and the embedder, find the
     latency-bounded batch when ``max_step_slowdown`` > 0 (local_engine.calibrate), and
-    start the engine thread. Raises ValueError for a mode the device cannot run."""
+    start the engine thread, tracing requests when ``tracing`` (local_engine.tracing).
+    Raises ValueError for a mode the device cannot run."""
     from transformers.utils import logging as hf_logging
 
     from local_engine.embedder import EMBEDDING_MODEL, Embedder
@@ -323,7 +296,8 @@ def load_server(model: str, config: EngineConfig, embeddings: bool = True,
              kv_cache_dtype=config.kv_cache_dtype, kv_blocks=engine.blocks.num_blocks)
     embedder = Embedder.load() if embeddings else None
     metrics = EngineMetrics(engine)
-    async_engine = AsyncEngine(engine, embedder, metrics).start()
+    async_engine = AsyncEngine(engine, embedder, metrics,
+                               tracer=make_tracer(tracing, loaded.name)).start()
     server = EngineServer(async_engine, loaded.name, loaded.tokenizer,
                           EMBEDDING_MODEL if embedder else None,
                           embedder.count_tokens if embedder else None, default_max_tokens,
@@ -365,6 +339,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative", metavar="JSON", default='{"method": "ngram"}',
                         help='n-gram speculative decoding (default: \'{"method": "ngram"}\'; '
                              'other keys: local_engine.speculative.SpecConfig), or "off"')
+    parser.add_argument("--tracing", action="store_true",
+                        help="OpenTelemetry spans under the traceparent a request carries, "
+                             "sent by OTLP/HTTP to OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT "
+                             "(local_engine.tracing)")
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -383,7 +361,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server, metrics = load_server(args.model, config, not args.no_embeddings,
                                       args.default_max_tokens, args.max_step_slowdown,
-                                      args.dtype, args.quantization)
+                                      args.dtype, args.quantization, args.tracing)
     except ValueError as exc:  # a quantization this device cannot run, a bad model
         raise SystemExit(f"local_engine: {exc}") from exc
     uvicorn.run(build_app(server, metrics), host=args.host, port=args.port,
