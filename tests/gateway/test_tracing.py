@@ -15,10 +15,14 @@ import httpx
 import openai
 import pytest
 
+from gateway.app import create_app
+from gateway.config import load_config
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
+from gateway.testing.server import ServerThread
 from tests.conftest import DEFAULT_POLICY, FakeServer, GatewayServer
 from tests.gateway.cache.test_cache_gateway import CACHE_POLICY, bag_of_words, stored
+from tests.gateway.test_local_upstream import write_config
 
 HI = [{"role": "user", "content": "hi"}]
 ROOT = Path(__file__).resolve().parents[2]
@@ -346,3 +350,35 @@ def test_tracing_off_imports_nothing_of_opentelemetry_tracing() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_local_engine_s_spans_sit_under_the_gateway_s_attempt(
+        tmp_path: Path, tiny_model_dir: Path, receiver: OtlpReceiver) -> None:
+    config = write_config(tmp_path, tiny_model_dir)
+    config.write_text(config.read_text() + tracing(receiver))
+    app = create_app(load_config(config))
+    with ServerThread(app) as srv, openai.OpenAI(base_url=srv.url + "/v1", api_key="k",
+                                                  max_retries=0) as client:
+        stream = client.chat.completions.create(model="tiny", messages=HI, max_tokens=4,
+                                                temperature=0, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        gateway_span = receiver.wait_for(lambda spans: any(
+            s.service == "llm-gateway" and s.kind == "server" and s.name == "chat tiny"
+            for s in spans))
+        [server] = [s for s in gateway_span if s.service == "llm-gateway"
+                    and s.kind == "server" and s.name == "chat tiny"]
+        engine_spans = receiver.wait_for(lambda spans: sum(
+            s.trace_id == server.trace_id and s.service == "llm-gateway-engine"
+            for s in spans) >= 4)
+    t = Trace([s for s in engine_spans if s.trace_id == server.trace_id])
+    [attempt] = t.attempts
+    assert attempt.attributes["gen_ai.provider.name"] == "local_engine"
+    [engine] = [s for s in t.spans if s.service == "llm-gateway-engine" and s.kind == "server"]
+    assert engine.parent_span_id == attempt.span_id  # under the gateway's attempt
+    assert engine.attributes["gen_ai.usage.output_tokens"] == \
+        server.attributes["gen_ai.usage.output_tokens"]
+    phases = {s.name: s for s in t.children(engine)}
+    assert {"queue", "prefill", "decode"} <= set(phases)
+    assert phases["prefill"].attributes["local_engine.prefill.chunks"] >= 1
+    assert phases["decode"].attributes["local_engine.decode.steps"] >= 1
+    assert attempt.start_ns <= engine.start_ns and engine.end_ns <= server.end_ns
