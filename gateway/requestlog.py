@@ -95,6 +95,8 @@ stalled            the stream stalled once answering (gateway.stream_watch): ``i
                    ``min_tokens_per_s``); it ended with an error event; else null
 continued          times the stream was continued on another attempt after it broke,
                    stalled or sent an error event once answering (gateway.continuation); 0
+trace_id, span_id  the request's trace and its server span (lowercase hex), only on the line
+                   of a request that was traced (``[tracing]``, gateway.tracing)
 =================  =====================================================================
 
 Prompt and completion text and keys are never logged.
