@@ -67,7 +67,21 @@ OUTGOING: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar
 _REASON: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "gateway_trace_reason", default=None)
 
+#: The span of the upstream attempt under way in this task, for what an upstream learns
+#: while sending (a replica pool's choice: :func:`note_replica`).
+_ATTEMPT: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+    "gateway_trace_attempt", default=None)
+
 R = TypeVar("R")
+
+
+def note_replica(replica: str, why: str) -> None:
+    """A replica pool chose ``replica`` (its URL) for the attempt under way, because ``why``
+    (the pool's routing: ``prefix_match``, ``least_load``, ``imbalance``, ``round_robin``;
+    ``next_after_unreachable``); nothing when the request is not traced."""
+    span = _ATTEMPT.get()
+    if span is not None:
+        span.set_attributes({"llm_gateway.replica": replica, "llm_gateway.replica.reason": why})
 
 #: The first ``"id"`` of a stream's opening event (OpenAI's chunk, Anthropic's message,
 #: a Responses ``response``), at most 200 bytes long.
@@ -259,7 +273,7 @@ class RequestTrace:
                 kind=tracing.client, attributes=attributes)
             headers: dict[str, str] = {}
             tracing.propagator.inject(headers, context=tracing.in_context(span))
-            token = OUTGOING.set(headers)
+            token, current = OUTGOING.set(headers), _ATTEMPT.set(span)
             try:
                 result = await attempt(upstream, target)
             except BaseException as exc:
@@ -267,6 +281,7 @@ class RequestTrace:
                 raise
             finally:
                 OUTGOING.reset(token)
+                _ATTEMPT.reset(current)
             status: int = result.status  # type: ignore[attr-defined]
             self.provider = upstream.provider
             span.set_attribute("http.response.status_code", status)

@@ -44,6 +44,7 @@ from gateway.replicas.prefix import byte_keys, render
 from gateway.replicas.routing import Replica, make_router
 from gateway.replicas.watch import Member, read_events, read_health
 from gateway.service_time import ServiceRates
+from gateway.tracing import note_replica
 from gateway.upstreams.base import (
     RawHeaders,
     Upstream,
@@ -267,6 +268,7 @@ class ReplicaPool(Upstream):
                 self._failed(member)
             else:
                 member.outlier.succeeded()
+            note_replica(member.url, self.router.why if not skip else "next_after_unreachable")
             return _Tracked(response, state), member
         raise error or UpstreamUnreachable(f"upstream {self.name!r} has no replica")
 

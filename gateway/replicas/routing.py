@@ -101,11 +101,16 @@ class Router:
     #: Which keys the policy wants: None, "bytes" (approximate) or "tokens" (precise).
     keys: str | None = None
 
+    #: Why the last order put its first replica first (traces: gateway.tracing).
+    why = ""
+
     def order(self, replicas: Sequence[Replica], keys: Sequence[int]) -> list[Replica]:
         raise NotImplementedError
 
 
 class RoundRobin(Router):
+    why = "round_robin"
+
     def __init__(self) -> None:
         self._next = 0
 
@@ -125,6 +130,8 @@ def _by_load(replicas: Sequence[Replica], start: int) -> list[Replica]:
 
 class LeastLoad(Router):
     """The replica with the fewest requests on it (running and queued)."""
+
+    why = "least_load"
 
     def __init__(self) -> None:
         self._turn = 0
@@ -158,6 +165,7 @@ class CacheAware(Router):
         chosen = ranked[0]
         balanced = not (most - least > self.abs_threshold
                         and most > self.rel_threshold * least)
+        self.why = "least_load" if balanced else "imbalance"
         if balanced and keys:
             if self.precise:
                 now = self.clock()
@@ -168,7 +176,7 @@ class CacheAware(Router):
                 matches = [r.sent.match(keys) for r in ranked]
             best = max(range(len(ranked)), key=lambda i: (matches[i], -i))
             if matches[best] > self.cache_threshold * len(keys):
-                chosen = ranked[best]
+                chosen, self.why = ranked[best], "prefix_match"
             else:  # nobody holds much of it: the least loaded, with the most room
                 low = [r for r in ranked if r.cost == ranked[0].cost]
                 chosen = min(low, key=lambda r: len(r.held if self.precise else r.sent))

@@ -382,3 +382,31 @@ def test_the_local_engine_s_spans_sit_under_the_gateway_s_attempt(
     assert phases["prefill"].attributes["local_engine.prefill.chunks"] >= 1
     assert phases["decode"].attributes["local_engine.decode.steps"] >= 1
     assert attempt.start_ns <= engine.start_ns and engine.end_ns <= server.end_ns
+
+
+def test_a_replica_pool_s_choice_is_on_the_attempt(
+        make_gateway: Callable[..., GatewayServer], fake_server: FakeServer,
+        fake: FakeUpstream, receiver: OtlpReceiver) -> None:
+    gw = make_gateway(f"""
+[upstreams.pool]
+type = "openai"
+replicas = ["http://127.0.0.1:9/v1", "{fake_server.url}/v1"]
+connect_timeout_ms = 500
+
+[upstreams.pool.pool]
+routing = "round_robin"
+
+[models.pooled]
+targets = [{{ upstream = "pool", model = "m" }}]
+""" + tracing(receiver))
+    for _ in range(2):  # one starts on the dead replica, one on the live one
+        r = httpx.post(gw.v1 + "/chat/completions", json={"model": "pooled", "messages": HI})
+        assert r.status_code == 200
+    reasons = set()
+    for log in gw.logged(2):
+        [attempt] = trace(receiver, log, 2).attempts
+        assert attempt.attributes["llm_gateway.replica"] == fake_server.url + "/v1"
+        reasons.add(attempt.attributes["llm_gateway.replica.reason"])
+    assert reasons == {"round_robin", "next_after_unreachable"}
+    assert fake.records[0].headers["traceparent"].split("-")[2] == attempt.span_id or \
+        fake.records[1].headers["traceparent"].split("-")[2] == attempt.span_id
