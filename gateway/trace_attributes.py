@@ -35,8 +35,8 @@ _PARAMETERS = (
     ("seed", "gen_ai.request.seed"),
 )
 
-#: Log-line fields a span carries as ``llm_gateway.<name>`` when set (what the stages and
-#: dispatch decided; gateway.requestlog says what each means).
+#: Log-line fields a span carries as ``llm_gateway.<name>`` when set, not 0 or false (what
+#: the stages and dispatch decided; gateway.requestlog says what each means).
 GATEWAY_FIELDS = (
     "request_id", "api", "key_id", "upstream", "policy_version", "queue_ms", "overhead_ms",
     "upstream_ms", "retries", "cache", "cache_layer", "similarity", "verified", "lookup_ms",
@@ -44,7 +44,7 @@ GATEWAY_FIELDS = (
     "route_ms", "route_sticky", "compression", "tokens_before", "tokens_after",
     "compress_ms", "compress_skip", "compress_fine", "prompt_cache_breakpoints",
     "rate_limit", "rate_limited", "coalesced", "shed", "first_token_timeouts", "stalled",
-    "continued", "dropped_tools",
+    "continued", "dropped_tools", "hedged", "cancelled",
 )
 
 #: Each stage's own log-line fields: its span carries them, and has one only when it
@@ -84,8 +84,6 @@ def request_attributes(rec: RequestRecord, body: dict[str, Any] | None, operatio
         "http.route": rec.route,
         "http.response.status_code": rec.status,
         "gen_ai.request.stream": bool(rec.stream),
-        "llm_gateway.hedged": bool(rec.hedged),
-        "llm_gateway.cancelled": bool(rec.cancelled),
     }
     if rec.model_requested is not None:
         out["gen_ai.request.model"] = rec.model_requested
@@ -122,9 +120,9 @@ def request_attributes(rec: RequestRecord, body: dict[str, Any] | None, operatio
         out["error.type"] = rec.error_type
     elif rec.status >= 400 and not rec.cancelled:
         out["error.type"] = str(rec.status)
-    for name in GATEWAY_FIELDS:
+    for name in GATEWAY_FIELDS:  # only what was set: 0, false and null are the defaults
         value = fields.get(name)
-        if value is not None and value is not False:
+        if value:
             out["llm_gateway." + name] = value
     moved = rec.prompt_cache_moved
     if moved:
