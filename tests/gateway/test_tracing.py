@@ -104,6 +104,8 @@ def test_a_plain_request_is_one_server_span_over_one_client_span(
     [attempt] = t.attempts
     assert attempt.parent_span_id == server.span_id
     assert attempt.name == "chat fake-upstream-model"
+    # the stages that ran let it pass unchanged (coalesce: alone; admission: a slot free)
+    assert [s.name for s in t.spans if s.kind == "internal"] == []
     b = attempt.attributes
     assert (b["llm_gateway.upstream"], b["llm_gateway.attempt.reason"],
             b["llm_gateway.attempt.outcome"], b["http.response.status_code"]) == (
