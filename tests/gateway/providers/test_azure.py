@@ -21,6 +21,7 @@ from tests.conftest import GatewayServer
 
 KEY, TOKEN = "azure-test-key", "entra-test-token"
 KEY_ENV, WRONG_ENV = "GATEWAY_TEST_AZURE_KEY", "GATEWAY_TEST_AZURE_WRONG_KEY"
+TOKEN_ENV = "GATEWAY_TEST_AZURE_TOKEN"
 LONG = "You are a careful assistant who answers in full sentences. " * 180  # ~2k tokens
 LONG_TOO = "Answer as a patient teacher would, with one example each time. " * 180
 TOOL: Any = {"type": "function", "function": {
@@ -41,6 +42,7 @@ def azure(azure_server: tuple[FakeAzure, str], monkeypatch: pytest.MonkeyPatch
           ) -> tuple[FakeAzure, str]:
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.setenv(WRONG_ENV, "not-the-key")
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
     app, url = azure_server
     app.clear()
     return app, url
@@ -48,7 +50,8 @@ def azure(azure_server: tuple[FakeAzure, str], monkeypatch: pytest.MonkeyPatch
 
 def upstreams(url: str, token_file: Path) -> str:
     """``azure`` (v1, api-key, Responses natively), ``azure-dep`` (deployments form),
-    ``azure-token`` (an Entra ID token file), ``azure-wrong`` (a key the fake refuses)."""
+    ``azure-token`` (an Entra ID token file), ``azure-token-env`` (a token from the
+    environment), ``azure-wrong`` (a key the fake refuses)."""
     common = f'base_url = "{url}"\nforward_headers = ["x-fake-*"]\nread_timeout_ms = 5000\n'
     return f"""
 [upstreams.azure]
@@ -65,6 +68,10 @@ azure = {{ url_form = "deployments" }}
 type = "azure_openai"
 {common}azure = {{ url_form = "deployments", api_version = "2025-04-01-preview", token_file = "{token_file}" }}
 
+[upstreams.azure-token-env]
+type = "azure_openai"
+{common}azure = {{ token_env = "{TOKEN_ENV}" }}
+
 [upstreams.azure-wrong]
 type = "azure_openai"
 {common}api_key_env = "{WRONG_ENV}"
@@ -75,6 +82,8 @@ targets = [{{ upstream = "azure", model = "gpt-4o-deploy" }}]
 targets = [{{ upstream = "azure-dep", model = "gpt-4o-deploy" }}]
 [models.gpt-azure-token]
 targets = [{{ upstream = "azure-token", model = "gpt-4o-deploy" }}]
+[models.gpt-azure-token-env]
+targets = [{{ upstream = "azure-token-env", model = "gpt-4o-deploy" }}]
 [models.gpt-azure-wrong]
 targets = [{{ upstream = "azure-wrong", model = "gpt-4o-deploy" }}]
 """
@@ -140,6 +149,14 @@ def test_a_token_file_is_read_again_when_it_changes(gw: GatewayServer,
     assert [s.credential for s in azure[0].seen] == [f"bearer {TOKEN}",
                                                      "bearer an-expired-token",
                                                      f"bearer {TOKEN}"]
+
+
+def test_a_token_from_the_environment_goes_as_a_bearer_token(gw: GatewayServer,
+                                                              azure: tuple[FakeAzure, str]):
+    with oclient(gw) as client:
+        client.chat.completions.create(model="gpt-azure-token-env", messages=hi())
+    assert azure[0].seen[-1][1:4] == ("/openai/v1/chat/completions", "", f"bearer {TOKEN}")
+    assert "api-key" not in azure[0].inner.records[-1].headers
 
 
 def test_a_wrong_key_is_refused_by_the_fake_in_each_callers_format(
