@@ -24,6 +24,7 @@ from gateway.secret import SecretConfig
 from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
 from gateway.stream_store import StreamsConfig
 from gateway.tracing_config import TracingConfig
+from gateway.upstreams.azure_config import AzureOptions, check_azure
 
 __all__ = [
     "AuthConfig",
@@ -183,9 +184,10 @@ class UpstreamConfig:
     """One upstream. ``type = "openai"``: any OpenAI-compatible base URL. ``type = "anthropic"``:
     the Anthropic Messages API (``base_url`` without ``/v1``, as the anthropic SDK takes it;
     default https://api.anthropic.com). ``type = "local"``: the co-located engine, started and
-    stopped with the gateway (settings in ``engine``)."""
+    stopped with the gateway (settings in ``engine``). ``type = "azure_openai"``: Azure
+    OpenAI, ``base_url`` its resource endpoint (settings in ``azure``)."""
 
-    type: Literal["openai", "anthropic", "local"]
+    type: Literal["openai", "anthropic", "local", "azure_openai"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -230,6 +232,9 @@ class UpstreamConfig:
     forward_headers: tuple[str, ...] = ()
 
     engine: EngineOptions = field(default_factory=EngineOptions)
+    #: ``type = "azure_openai"``: URL form, api-version, Entra ID token source
+    #: (gateway.upstreams.azure_config).
+    azure: AzureOptions = field(default_factory=AzureOptions)
 
     def __post_init__(self) -> None:
         if self.passthrough is None:
@@ -240,8 +245,9 @@ class UpstreamConfig:
         for pattern in self.passthrough or ():
             Pattern(pattern)  # ValueError names it
         HeaderAllow(self.forward_headers)
-        if self.native_responses and self.type != "openai":
-            raise ValueError("native_responses applies to type 'openai' only")
+        if self.native_responses and self.type not in ("openai", "azure_openai"):
+            raise ValueError("native_responses applies to types 'openai' and 'azure_openai'")
+        check_azure(self.type, self.base_url, self.api_key_env, self.native_responses, self.azure)
         if (self.replicas or self.discover) and (self.type != "openai" or self.base_url):
             raise ValueError("replicas and discover apply to type 'openai', without base_url")
         if self.replicas and self.discover:

@@ -106,6 +106,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.anthropic import AnthropicUpstream
 
         return AnthropicUpstream(name, config)
+    if config.type == "azure_openai":
+        from gateway.upstreams.azure import AzureOpenAIUpstream
+
+        return AzureOpenAIUpstream(name, config)
     return OpenAIUpstream(name, config)
 
 

@@ -2,7 +2,9 @@
 recording fakes (``FakeUpstream`` for OpenAI, chat and Responses, ``FakeAnthropic`` for
 Anthropic, uvicorn in threads): :data:`MODELS` names a model of each API and ``gpt-native``,
 whose upstream serves ``/v1/responses`` itself, so that a request can take every direction
-(:data:`tests.gateway.equivalence.runner.DIRECTIONS`). The default policy's gateway is
+(:data:`tests.gateway.equivalence.runner.DIRECTIONS`); ``gpt-azure`` (Azure's v1 form, its
+Responses native) and ``gpt-azure-dep`` (its deployments form) reach the OpenAI recorder
+through ``azure_openai`` upstreams and a FakeAzure in front of it (which checks their key). The default policy's gateway is
 ``gateway serve`` in a process of its own, so it runs beside the client and the checks
 instead of sharing their GIL; the every-stage one, which takes a deterministic embedding
 function, runs in a thread as ``tests/conftest.py``'s ``make_gateway`` builds them.
@@ -29,6 +31,7 @@ from gateway.app import create_app
 from gateway.compression.tokens import o200k
 from gateway.config import load_config
 from gateway.testing.fake_anthropic import FakeAnthropic
+from gateway.testing.fake_azure import FakeAzure
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.server import ServerThread
 from gateway.upstreams.ports import free_port
@@ -42,12 +45,16 @@ __all__ = ["DEFAULT", "MODELS", "ROUTERS", "Gateway", "artifact", "every_stage",
 
 KEY_ENV = "GATEWAY_TEST_EQUIVALENCE_KEY"
 UPSTREAM_KEY = "sk-ant-equivalence"
+AZURE_KEY_ENV, AZURE_KEY = "GATEWAY_TEST_EQUIVALENCE_AZURE_KEY", "azure-equivalence"
 #: public model -> (upstream, upstream model)
 MODELS = {"gpt": ("eq-openai", "gpt-upstream"), "gpt-mini": ("eq-openai", "gpt-mini-upstream"),
           "claude": ("eq-claude", "claude-upstream"),
           "claude-haiku": ("eq-claude", "claude-haiku-upstream"),
           # /v1/responses served by the upstream itself (the others' go through chat)
-          "gpt-native": ("eq-openai-native", "gpt-native-upstream")}
+          "gpt-native": ("eq-openai-native", "gpt-native-upstream"),
+          # Azure OpenAI (type azure_openai): the v1 form (Responses native), the deployments one
+          "gpt-azure": ("eq-azure", "gpt-azure-deployment"),
+          "gpt-azure-dep": ("eq-azure-dep", "gpt-azure-deployment")}
 #: router name -> its two tiers' models (same API, so nothing is translated)
 ROUTERS = {"auto-gpt": ("gpt-mini", "gpt"), "auto-claude": ("claude-haiku", "claude")}
 
@@ -85,7 +92,7 @@ min_tokens = 256
 {tiers}{routers}"""
 
 
-def _config(openai_url: str, claude_url: str, cache: bool) -> str:
+def _config(openai_url: str, claude_url: str, azure_url: str, cache: bool) -> str:
     models = "".join(f'[models."{name}"]\ntargets = [{{ upstream = "{up}", model = "{model}" }}]\n'
                      for name, (up, model) in MODELS.items())
     return f"""
@@ -110,6 +117,18 @@ native_responses = true
 type = "anthropic"
 base_url = "{claude_url}"
 api_key_env = "{KEY_ENV}"
+
+[upstreams.eq-azure]
+type = "azure_openai"
+base_url = "{azure_url}"
+api_key_env = "{AZURE_KEY_ENV}"
+native_responses = true
+
+[upstreams.eq-azure-dep]
+type = "azure_openai"
+base_url = "{azure_url}"
+api_key_env = "{AZURE_KEY_ENV}"
+azure = {{ url_form = "deployments" }}
 
 {models}
 [cache]
@@ -191,14 +210,17 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
         # pytest's "warnings are errors" it can escape as that thread's exception.
         o200k()
     (tmp / "policy.toml").write_text(policy)
-    (tmp / "gateway.toml").write_text(
-        _config(recorders["openai"][1], recorders["anthropic"][1], cache=every))
-    recording = {api: fake for api, (fake, _) in recorders.items()}
+    (tmp / "gateway.toml").write_text(_config(recorders["openai"][1], recorders["anthropic"][1],
+                                              recorders["azure"][1], cache=every))
+    # (the Azure fake records into the OpenAI recorder)
+    recording = {api: fake for api, (fake, _) in recorders.items() if api != "azure"}
     if not every:
-        process = GatewayProcess(tmp / "gateway.toml", {KEY_ENV: UPSTREAM_KEY})
+        process = GatewayProcess(tmp / "gateway.toml",
+                                 {KEY_ENV: UPSTREAM_KEY, AZURE_KEY_ENV: AZURE_KEY})
         return Gateway(process.url, recording, every, process)
     with pytest.MonkeyPatch.context() as mp:  # the upstreams read their key as they start
         mp.setenv(KEY_ENV, UPSTREAM_KEY)
+        mp.setenv(AZURE_KEY_ENV, AZURE_KEY)
         app = create_app(load_config(tmp / "gateway.toml"), request_sink=lambda record: None,
                          watch_policy=False, embed=hashed_embed)
         server = ServerThread(app).start()
@@ -206,10 +228,13 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
 
 
 def start_recorders() -> dict[str, tuple[FakeUpstream, ServerThread]]:
+    """The recording fakes by API, and ``azure``: a FakeAzure in front of the OpenAI one."""
     out: dict[str, tuple[FakeUpstream, ServerThread]] = {}
     for api, fake in (("openai", FakeUpstream()), ("anthropic",
                                                    FakeAnthropic(api_key=UPSTREAM_KEY))):
         out[api] = (fake, ServerThread(fake).start())
+    openai = out["openai"][0]
+    out["azure"] = (openai, ServerThread(FakeAzure(api_key=AZURE_KEY, inner=openai)).start())
     return out
 
 

@@ -69,7 +69,7 @@ def _cache_key(c: dict[str, Any], u: dict[str, Any]) -> str | None:
     it set (a string) goes as ``gwk-`` + 32 hex digits (an HMAC of the value under its
     gateway key: the same value, the same key upstream)."""
     mine, theirs = c.get("prompt_cache_key"), u.get("prompt_cache_key")
-    if mine is None and "prompt_cache_key" in u:  # P2
+    if mine is None and theirs is not None:  # P2 (a client's null, unshaped, goes as it came)
         if not CACHE_KEY.fullmatch(str(theirs)):
             return f"$.prompt_cache_key: {theirs!r} is not gw- + 16 hex digits"
         _restore(c, u, "prompt_cache_key")

@@ -39,15 +39,17 @@ class Direction:
     """One way through the gateway: a client of ``api`` (``openai``, ``anthropic``,
     ``responses``; ``count_tokens``: an Anthropic client counting tokens) asking ``model``
     (:data:`harness.MODELS`), whose upstream speaks ``upstream`` (``openai`` chat,
-    ``anthropic``, ``responses`` natively; ``estimate``: nothing, the gateway counts)."""
+    ``anthropic``, ``responses`` natively; ``estimate``: nothing, the gateway counts);
+    ``via``: the upstream's type where it is not the API's own (``azure_openai``)."""
 
     api: str
     model: str
     upstream: str
+    via: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.api}->{self.upstream}"
+        return f"{self.api}->{self.upstream}" + (f"@{self.via}" if self.via else "")
 
     @property
     def same(self) -> bool:
@@ -60,7 +62,11 @@ DIRECTIONS = tuple(Direction(*d) for d in (
     ("anthropic", "claude", "anthropic"), ("anthropic", "gpt", "openai"),
     ("responses", "gpt", "openai"), ("responses", "claude", "anthropic"),
     ("responses", "gpt-native", "responses"),
-    ("count_tokens", "claude", "anthropic"), ("count_tokens", "gpt", "estimate")))
+    ("count_tokens", "claude", "anthropic"), ("count_tokens", "gpt", "estimate"),
+    # an azure_openai upstream (v1 form): OpenAI chat on the wire, Responses native
+    ("openai", "gpt-azure", "openai", "azure_openai"),
+    ("anthropic", "gpt-azure", "openai", "azure_openai"),
+    ("responses", "gpt-azure", "responses", "azure_openai")))
 
 
 def requests_for(items: Iterable[Item], api: str, *, routed_every: int = 0,

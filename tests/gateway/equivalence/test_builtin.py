@@ -27,3 +27,17 @@ def test_the_builtin_corpus_keeps_its_meaning(gateway: Gateway, api: str, stream
     assert not tally.failures, tally.report()
     assert tally.compared == tally.sent == len(ITEMS)
     assert set(tally.moved) <= MAY_MOVE, sorted(set(tally.moved) - MAY_MOVE)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_builtin_corpus_keeps_its_meaning_through_azures_deployments_form(
+        gateway: Gateway, stream: bool):
+    # An azure_openai upstream on its deployments form (the deployment in the URL, the
+    # api-version in the query): what it receives is what an OpenAI upstream would.
+    requests = list(requests_for(ITEMS, "openai", stream=stream))
+    for request in requests:
+        request.body["model"] = "gpt-azure-dep"
+    tally = run(gateway, requests, concurrency=1)
+    assert not tally.failures, tally.report()
+    assert tally.compared == tally.sent == len(ITEMS)
+    assert set(tally.moved) <= MAY_MOVE, sorted(set(tally.moved) - MAY_MOVE)
