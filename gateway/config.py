@@ -24,6 +24,7 @@ from gateway.secret import SecretConfig
 from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
 from gateway.stream_store import StreamsConfig
 from gateway.tracing_config import TracingConfig
+from gateway.upstreams.bedrock_config import BedrockOptions
 
 __all__ = [
     "AuthConfig",
@@ -183,9 +184,10 @@ class UpstreamConfig:
     """One upstream. ``type = "openai"``: any OpenAI-compatible base URL. ``type = "anthropic"``:
     the Anthropic Messages API (``base_url`` without ``/v1``, as the anthropic SDK takes it;
     default https://api.anthropic.com). ``type = "local"``: the co-located engine, started and
-    stopped with the gateway (settings in ``engine``)."""
+    stopped with the gateway (settings in ``engine``). ``type = "bedrock"``: Amazon Bedrock,
+    signed with AWS credentials from the environment (settings in ``bedrock``)."""
 
-    type: Literal["openai", "anthropic", "local"]
+    type: Literal["openai", "anthropic", "local", "bedrock"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -230,6 +232,8 @@ class UpstreamConfig:
     forward_headers: tuple[str, ...] = ()
 
     engine: EngineOptions = field(default_factory=EngineOptions)
+    #: ``type = "bedrock"``: Amazon Bedrock (gateway.upstreams.bedrock_config).
+    bedrock: BedrockOptions = field(default_factory=BedrockOptions)
 
     def __post_init__(self) -> None:
         if self.passthrough is None:

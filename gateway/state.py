@@ -106,6 +106,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.anthropic import AnthropicUpstream
 
         return AnthropicUpstream(name, config)
+    if config.type == "bedrock":
+        from gateway.upstreams.bedrock import BedrockUpstream
+
+        return BedrockUpstream(name, config)
     return OpenAIUpstream(name, config)
 
 
