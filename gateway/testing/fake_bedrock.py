@@ -112,8 +112,10 @@ class FakeBedrock(FakeUpstream):
     def _check_signature(self, path: str, headers: dict[str, str], raw: bytes) -> None:
         """Recompute the request's SigV4 signature (botocore) and compare."""
         auth = headers.get("authorization", "")
-        fields = dict(part.strip().split("=", 1) for part in
-                      auth.removeprefix("AWS4-HMAC-SHA256 ").split(",") if "=" in part)
+        fields: dict[str, str] = {}
+        for part in auth.removeprefix("AWS4-HMAC-SHA256 ").split(","):
+            name, _, value = part.strip().partition("=")
+            fields[name] = value
         if not auth.startswith("AWS4-HMAC-SHA256 ") or "x-amz-date" not in headers \
                 or not {"Credential", "SignedHeaders", "Signature"} <= fields.keys():
             raise AwsError(403, "MissingAuthenticationTokenException",

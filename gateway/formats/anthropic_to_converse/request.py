@@ -161,7 +161,7 @@ def _tools(body: dict[str, Any]) -> dict[str, Any] | None:
     if kind in ("auto", "any"):
         config["toolChoice"] = {kind: {}}
     elif kind == "tool":
-        config["toolChoice"] = {"tool": {"name": choice.get("name")}}  # type: ignore[union-attr]
+        config["toolChoice"] = {"tool": {"name": choice.get("name")}}
     return config
 
 

@@ -61,7 +61,6 @@ def test_an_anthropic_client_reaches_claude_on_bedrock_signed_with_the_model_in_
     message = claude(gw).messages.create(model="claude-bedrock", max_tokens=64,
                                          messages=HELLO)
     assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
-    assert message.usage.input_tokens == 1
     (rec,) = bedrock.records
     assert rec.path == INVOKE  # the profile id, ":" encoded
     assert rec.headers["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIAFAKE")
