@@ -3,11 +3,15 @@ and a gateway config with an InvokeModel and a Converse upstream on the fake."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import anthropic
+import openai
 import pytest
 
 from gateway.testing.fake_bedrock import FakeBedrock
+from tests.conftest import GatewayServer
 
 CLAUDE_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"  # a cross-region inference profile
 NOVA_ID = "amazon.nova-pro-v1:0"
@@ -49,3 +53,27 @@ targets = [{{ upstream = "bedrock-converse", model = "{NOVA_ID}" }}]
 [models.claude-converse]
 targets = [{{ upstream = "bedrock-converse", model = "{CLAUDE_ID}" }}]
 """
+
+
+@dataclass
+class Clients:
+    """The official SDKs' clients on a gateway (retries off), closed by :meth:`close`."""
+
+    gw: GatewayServer
+    opened: list[openai.OpenAI | anthropic.Anthropic] = field(default_factory=list)
+
+    def gpt(self, **headers: str) -> openai.OpenAI:
+        client = openai.OpenAI(base_url=self.gw.v1, api_key="x", max_retries=0,
+                               default_headers=headers)
+        self.opened.append(client)
+        return client
+
+    def claude(self, **headers: str) -> anthropic.Anthropic:
+        client = anthropic.Anthropic(base_url=self.gw.url, api_key="x", max_retries=0,
+                                     default_headers=headers)
+        self.opened.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self.opened:
+            client.close()

@@ -16,7 +16,7 @@ import pytest
 from gateway.testing.fake_bedrock import BAD_SIGNATURE, FakeBedrock
 from gateway.testing.server import ServerThread
 from tests.conftest import GatewayServer
-from tests.gateway.providers.bedrock_env import CLAUDE_ID, aws_env, bedrock_toml
+from tests.gateway.providers.bedrock_env import CLAUDE_ID, Clients, aws_env, bedrock_toml
 
 INVOKE = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
 #: A system prompt long enough to cache (about 2,000 tokens).
@@ -44,21 +44,19 @@ def gw(make_gateway: Callable[..., GatewayServer], bedrock_server: tuple[FakeBed
     return make_gateway(bedrock_toml(bedrock_server[1]))
 
 
-def claude(gw: GatewayServer, **headers: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0,
-                               default_headers=headers)
-
-
-def gpt(gw: GatewayServer, **headers: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0, default_headers=headers)
+@pytest.fixture
+def sdk(gw: GatewayServer) -> Iterator[Clients]:
+    clients = Clients(gw)
+    yield clients
+    clients.close()
 
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
 
 def test_an_anthropic_client_reaches_claude_on_bedrock_signed_with_the_model_in_the_url(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
-    message = claude(gw).messages.create(model="claude-bedrock", max_tokens=64,
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    message = sdk.claude().messages.create(model="claude-bedrock", max_tokens=64,
                                          messages=HELLO)
     assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
     (rec,) = bedrock.records
@@ -70,8 +68,8 @@ def test_an_anthropic_client_reaches_claude_on_bedrock_signed_with_the_model_in_
 
 
 def test_a_stream_comes_back_as_anthropic_events_from_the_event_stream_frames(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
-    with claude(gw).messages.stream(model="claude-bedrock", max_tokens=64,
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    with sdk.claude().messages.stream(model="claude-bedrock", max_tokens=64,
                                     messages=HELLO) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -80,8 +78,8 @@ def test_a_stream_comes_back_as_anthropic_events_from_the_event_stream_frames(
     assert bedrock.records[0].path.endswith("/invoke-with-response-stream")
 
 
-def test_client_betas_become_the_body_list(gw: GatewayServer, bedrock: FakeBedrock) -> None:
-    claude(gw, **{"anthropic-beta": "a-2025, b-2025"}).messages.create(
+def test_client_betas_become_the_body_list(sdk: Clients, bedrock: FakeBedrock) -> None:
+    sdk.claude(**{"anthropic-beta": "a-2025, b-2025"}).messages.create(
         model="claude-bedrock", max_tokens=8, messages=HELLO,
         metadata={"user_id": "u1"})
     body = bedrock.records[0].json
@@ -89,11 +87,11 @@ def test_client_betas_become_the_body_list(gw: GatewayServer, bedrock: FakeBedro
 
 
 def test_an_openai_client_chats_and_streams_through_the_anthropic_bridge(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
-    reply = gpt(gw).chat.completions.create(model="claude-bedrock", messages=HELLO)
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    reply = sdk.gpt().chat.completions.create(model="claude-bedrock", messages=HELLO)
     assert reply.choices[0].message.content == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
     assert reply.usage is not None and reply.usage.completion_tokens == 8
-    chunks = list(gpt(gw).chat.completions.create(model="claude-bedrock", messages=HELLO,
+    chunks = list(sdk.gpt().chat.completions.create(model="claude-bedrock", messages=HELLO,
                                                   stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) \
         == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
@@ -101,55 +99,55 @@ def test_an_openai_client_chats_and_streams_through_the_anthropic_bridge(
 
 
 def test_tools_and_structured_output_from_an_openai_client(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
+        sdk: Clients, bedrock: FakeBedrock) -> None:
     tools = [{"type": "function", "function": {
         "name": "get_weather", "parameters": {"type": "object", "properties": {
             "x": {"type": "integer"}}}}}]
-    reply = gpt(gw, **{"x-fake-tool": "1"}).chat.completions.create(
+    reply = sdk.gpt(**{"x-fake-tool": "1"}).chat.completions.create(
         model="claude-bedrock", messages=HELLO, tools=tools)
     call = reply.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"x": 1}
     assert reply.choices[0].finish_reason == "tool_calls"
     schema = {"type": "object", "properties": {"city": {"type": "string"}},
               "required": ["city"], "additionalProperties": False}
-    answer = gpt(gw).chat.completions.create(
+    answer = sdk.gpt().chat.completions.create(
         model="claude-bedrock", messages=HELLO, response_format={
             "type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
     assert set(json.loads(answer.choices[0].message.content or "")) == {"city"}
 
 
 def test_a_long_conversation_is_read_from_bedrocks_prompt_cache(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
+        sdk: Clients, bedrock: FakeBedrock) -> None:
     """The prompt_cache stage places cache_control breakpoints as for Anthropic: the
     second turn reads the first's prefix (the fake simulates Claude's cache)."""
     messages = [{"role": "system", "content": RULES}, {"role": "user", "content": "Hello"}]
-    first = gpt(gw).chat.completions.create(model="claude-bedrock", messages=messages)
+    first = sdk.gpt().chat.completions.create(model="claude-bedrock", messages=messages)
     messages += [{"role": "assistant", "content": first.choices[0].message.content},
                  {"role": "user", "content": "And then?"}]
-    second = gpt(gw).chat.completions.create(model="claude-bedrock", messages=messages)
+    second = sdk.gpt().chat.completions.create(model="claude-bedrock", messages=messages)
     assert "cache_control" in json.dumps(bedrock.records[0].json["system"])
     details = second.usage.prompt_tokens_details
     assert details is not None and details.cached_tokens and details.cached_tokens > 1000
     # and an Anthropic client's own breakpoint, as it came
     system = [{"type": "text", "text": RULES, "cache_control": {"type": "ephemeral"}}]
-    again = claude(gw).messages.create(model="claude-bedrock", max_tokens=8, system=system,
+    again = sdk.claude().messages.create(model="claude-bedrock", max_tokens=8, system=system,
                                        messages=HELLO)
     assert (again.usage.cache_read_input_tokens or 0) + \
         (again.usage.cache_creation_input_tokens or 0) > 1000
 
 
 def test_throttling_is_retried_then_answered_in_each_clients_format(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
-    ok = claude(gw, **{"x-fake-fail-times": "1", "x-fake-key": "t1"}).messages.create(
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    ok = sdk.claude(**{"x-fake-fail-times": "1", "x-fake-key": "t1"}).messages.create(
         model="claude-bedrock", max_tokens=8, messages=HELLO)
     assert ok.content and len(bedrock.records) == 2  # a ThrottlingException, then the answer
     with pytest.raises(anthropic.RateLimitError) as caught:
-        claude(gw, **{"x-fake-status": "429"}).messages.create(
+        sdk.claude(**{"x-fake-status": "429"}).messages.create(
             model="claude-bedrock", max_tokens=8, messages=HELLO)
     assert caught.value.body["error"]["type"] == "rate_limit_error"
     assert "Too many requests" in caught.value.message
     with pytest.raises(openai.RateLimitError):
-        gpt(gw, **{"x-fake-status": "429"}).chat.completions.create(
+        sdk.gpt(**{"x-fake-status": "429"}).chat.completions.create(
             model="claude-bedrock", messages=HELLO)
 
 
@@ -159,22 +157,22 @@ def test_throttling_is_retried_then_answered_in_each_clients_format(
     (503, "ServiceUnavailableException", anthropic.InternalServerError),
 ])
 def test_bedrock_errors_reach_the_client_with_their_status(
-        gw: GatewayServer, status: int, name: str, expected: type[Exception]) -> None:
+        sdk: Clients, status: int, name: str, expected: type[Exception]) -> None:
     with pytest.raises(expected) as caught:
-        claude(gw, **{"x-fake-status": str(status), "x-fake-error-type": name}
+        sdk.claude(**{"x-fake-status": str(status), "x-fake-error-type": name}
                ).messages.create(model="claude-bedrock", max_tokens=8, messages=HELLO)
     assert caught.value.status_code == status
 
 
 def test_an_exception_frame_in_the_stream_is_retried_then_an_error_event(
-        gw: GatewayServer, bedrock: FakeBedrock) -> None:
-    with httpx.stream("POST", gw.url + "/v1/messages", json={
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    with httpx.stream("POST", sdk.gw.url + "/v1/messages", json={
             "model": "claude-bedrock", "max_tokens": 8, "stream": True, "messages": HELLO},
             headers={"x-fake-stream-exception": "throttlingException"}) as response:
         body = response.read().decode()
     assert len(bedrock.records) == 3  # the policy's max_attempts
     assert "event: error" in body and '"rate_limit_error"' in body
-    with httpx.stream("POST", gw.url + "/v1/messages", json={
+    with httpx.stream("POST", sdk.gw.url + "/v1/messages", json={
             "model": "claude-bedrock", "max_tokens": 8, "stream": True, "messages": HELLO},
             headers={"x-fake-error-midway": "2"}) as response:
         body = response.read().decode()
@@ -185,18 +183,22 @@ def test_a_wrong_secret_is_refused_by_the_fake_as_bedrock_would(
         make_gateway: Callable[..., GatewayServer], bedrock_server: tuple[FakeBedrock, str],
         bedrock: FakeBedrock, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     aws_env(monkeypatch, bedrock, tmp_path, secret="not-the-secret")
-    gw = make_gateway(bedrock_toml(bedrock_server[1]))
-    with pytest.raises(anthropic.APIStatusError) as caught:
-        claude(gw).messages.create(model="claude-bedrock", max_tokens=8, messages=HELLO)
-    assert caught.value.status_code == 403
-    assert caught.value.body["error"]["message"] == BAD_SIGNATURE
-    with pytest.raises(openai.PermissionDeniedError):
-        gpt(gw).chat.completions.create(model="claude-bedrock", messages=HELLO)
+    sdk = Clients(make_gateway(bedrock_toml(bedrock_server[1])))
+    try:
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            sdk.claude().messages.create(model="claude-bedrock", max_tokens=8, messages=HELLO)
+        assert caught.value.status_code == 403
+        assert caught.value.body["error"]["message"] == BAD_SIGNATURE
+        with pytest.raises(openai.PermissionDeniedError):
+            sdk.gpt().chat.completions.create(model="claude-bedrock", messages=HELLO)
+    finally:
+        sdk.close()
+    assert {r.path for r in bedrock.records} == {INVOKE}  # it reached the fake, refused
 
 
-def test_count_tokens_asks_bedrocks_count_tokens(gw: GatewayServer,
+def test_count_tokens_asks_bedrocks_count_tokens(sdk: Clients,
                                                  bedrock: FakeBedrock) -> None:
-    counted = claude(gw).messages.count_tokens(model="claude-bedrock",
+    counted = sdk.claude().messages.count_tokens(model="claude-bedrock",
                                                messages=HELLO)
     assert counted.input_tokens == 1
     (rec,) = bedrock.records
