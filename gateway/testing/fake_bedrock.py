@@ -95,8 +95,9 @@ class FakeBedrock(FakeUpstream):
                 return
             self._steered_failure(headers)
             if action.startswith("converse"):
-                await fake_converse.serve(self, model, action == "converse-stream", data,
-                                          headers, rec, send)
+                await fake_converse.serve(model, action == "converse-stream", data, headers,
+                                          rec, send, self._sims if self.simulate_cache
+                                          else None, self._touch)
                 return
             if action == "count-tokens":
                 body = orjson.loads(data["input"]["invokeModel"]["body"])

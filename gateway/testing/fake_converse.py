@@ -12,21 +12,19 @@ simulated prompt cache applies), in Converse's shapes: ``output.message``, ``sto
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 
 from gateway.prompt_cache.converse import MAX_POINTS, caches
 from gateway.testing.aws_wire import AwsError, send_body, send_json, start_stream
+from gateway.testing.cache_sim import CacheSims
 from gateway.testing.eventstream import event_frame, exception_frame
 from gateway.testing.fake_anthropic import _answer
 from gateway.testing.fake_responses import json_instance
 from gateway.testing.fake_upstream import Record
 from gateway.types import Send
-
-if TYPE_CHECKING:
-    from gateway.testing.fake_bedrock import FakeBedrock
 
 __all__ = ["as_messages", "serve"]
 
@@ -134,10 +132,10 @@ def _converse_block(block: dict[str, Any]) -> dict[str, Any]:
     return {"text": block["text"]}
 
 
-def _answer_of(fake: FakeBedrock, model: str, data: dict[str, Any],
+def _answer_of(sims: CacheSims | None, model: str, data: dict[str, Any],
                headers: dict[str, str]) -> dict[str, Any]:
     body = as_messages(model, data)
-    cache = fake.simulate_cache and fake._sims.anthropic(body, headers)
+    cache = sims.anthropic(body, headers) if sims is not None else None
     message = _answer(body, headers, cache or None)
     content = [_converse_block(b) for b in message["content"]]
     stop = message["stop_reason"]
@@ -182,10 +180,13 @@ def _events(answer: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "metadata", {"usage": answer["usage"], "metrics": answer["metrics"]}
 
 
-async def serve(fake: FakeBedrock, model: str, stream: bool, data: dict[str, Any],
-                headers: dict[str, str], rec: Record, send: Send) -> None:
-    """Answer a Converse (``stream``: ConverseStream) request for ``model``."""
-    answer = _answer_of(fake, model, data, headers)
+async def serve(model: str, stream: bool, data: dict[str, Any], headers: dict[str, str],
+                rec: Record, send: Send, sims: CacheSims | None,
+                touch: Callable[[], None]) -> None:
+    """Answer a Converse (``stream``: ConverseStream) request for ``model`` (``sims``: the
+    simulated prompt caches, None when not simulated; ``touch``: wakes the fake's waiters
+    on each text delta sent)."""
+    answer = _answer_of(sims, model, data, headers)
     if not stream:
         return await send_json(send, rec, 200, answer)
     await start_stream(send, rec)
@@ -201,4 +202,4 @@ async def serve(fake: FakeBedrock, model: str, stream: bool, data: dict[str, Any
         await send_body(send, event_frame(kind, payload), kind != "metadata")
         if text:
             rec.chunks_sent += 1
-            fake._touch()
+            touch()

@@ -73,8 +73,8 @@ class Signer:
         if found is None:
             return None
         if isinstance(found, RefreshableCredentials) and found.refresh_needed():
-            return await asyncio.to_thread(found.get_frozen_credentials)  # type: ignore[no-any-return]
-        return found.get_frozen_credentials()  # type: ignore[no-any-return]
+            return await asyncio.to_thread(found.get_frozen_credentials)
+        return found.get_frozen_credentials()
 
     def sign(self, credentials: ReadOnlyCredentials, url: str, body: bytes,
              headers: dict[str, str]) -> dict[str, str]:

@@ -157,7 +157,9 @@ def _tools(body: dict[str, Any]) -> dict[str, Any] | None:
         return None
     config: dict[str, Any] = {"tools": specs}
     choice = body.get("tool_choice")
-    kind = choice.get("type") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict):
+        return config
+    kind = choice.get("type")
     if kind in ("auto", "any"):
         config["toolChoice"] = {kind: {}}
     elif kind == "tool":
