@@ -25,6 +25,7 @@ from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
 from gateway.stream_store import StreamsConfig
 from gateway.tracing_config import TracingConfig
 from gateway.upstreams.azure_config import AzureOptions, check_azure
+from gateway.upstreams.bedrock_config import BedrockOptions
 
 __all__ = [
     "AuthConfig",
@@ -185,9 +186,11 @@ class UpstreamConfig:
     the Anthropic Messages API (``base_url`` without ``/v1``, as the anthropic SDK takes it;
     default https://api.anthropic.com). ``type = "local"``: the co-located engine, started and
     stopped with the gateway (settings in ``engine``). ``type = "azure_openai"``: Azure
-    OpenAI, ``base_url`` its resource endpoint (settings in ``azure``)."""
+    OpenAI, ``base_url`` its resource endpoint (settings in ``azure``). ``type = "bedrock"``:
+    Amazon Bedrock, signed with AWS credentials from the environment (settings in
+    ``bedrock``)."""
 
-    type: Literal["openai", "anthropic", "local", "azure_openai"]
+    type: Literal["openai", "anthropic", "local", "azure_openai", "bedrock"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -235,6 +238,8 @@ class UpstreamConfig:
     #: ``type = "azure_openai"``: URL form, api-version, Entra ID token source
     #: (gateway.upstreams.azure_config).
     azure: AzureOptions = field(default_factory=AzureOptions)
+    #: ``type = "bedrock"``: Amazon Bedrock (gateway.upstreams.bedrock_config).
+    bedrock: BedrockOptions = field(default_factory=BedrockOptions)
 
     def __post_init__(self) -> None:
         if self.passthrough is None:

@@ -110,6 +110,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.azure import AzureOpenAIUpstream
 
         return AzureOpenAIUpstream(name, config)
+    if config.type == "bedrock":
+        from gateway.upstreams.bedrock import BedrockUpstream
+
+        return BedrockUpstream(name, config)
     return OpenAIUpstream(name, config)
 
 

@@ -43,18 +43,21 @@ _ANTHROPIC_END = frozenset(("message_delta", "message_stop", "error"))
 MARKS: dict[str, re.Pattern[bytes] | None] = {
     "anthropic": re.compile(rb"delta|message_stop|error"),
     "responses": re.compile(rb"delta|completed|failed|incomplete|error"),
+    "converse": re.compile(rb"Delta|messageStop|metadata|error"),
     "openai": None}
 #: In an OpenAI chunk with an empty "content": any other field of a delta (or an error, a
 #: legacy completion's text) with a value that is not null; without one it is OPENING.
 _OPENAI_OTHER = re.compile(rb'"(?:tool_calls|function_call|reasoning_content|reasoning|'
                            rb'refusal|text|error|finish_reason)":\s*[^n\s]')
+_CONVERSE_END = frozenset(("messageStop", "metadata", "error"))
 _RESPONSES_END = frozenset(("response.completed", "response.failed", "response.incomplete",
                             "error"))
 
 
 def kind_of(api: str, event: Event) -> int:
     """``event`` (parsed: name, data) of a stream in ``api`` (``openai``: Chat Completions
-    or legacy completions; ``anthropic``: Messages; ``responses``) as OPENING, PING,
+    or legacy completions; ``anthropic``: Messages; ``responses``; ``converse``: Bedrock's
+    ConverseStream) as OPENING, PING,
     CONTENT or END."""
     name, data = event
     if api == "anthropic":
@@ -64,6 +67,10 @@ def kind_of(api: str, event: Event) -> int:
         if kind == "content_block_delta":
             return CONTENT
         return END if kind in _ANTHROPIC_END else OPENING
+    if api == "converse":  # Bedrock's ConverseStream, as gateway.upstreams.bedrock_stream names it
+        if name == "contentBlockDelta":
+            return CONTENT
+        return END if name in _CONVERSE_END else OPENING
     if api == "responses":
         kind = name if name is not None else _type(data)
         if kind is None:

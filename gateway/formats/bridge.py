@@ -5,6 +5,9 @@ table of the two directions, each a :class:`Bridge` from a client API to an upst
     ("anthropic", "openai")   :class:`~gateway.formats.anthropic_to_openai.AnthropicToOpenAI`
     ("responses", "openai")   :class:`~gateway.formats.responses_to_openai.ResponsesToOpenAI`
     ("responses", "anthropic") :class:`~gateway.formats.responses_to_anthropic.ResponsesToAnthropic`
+    ("openai", "converse")    :class:`~gateway.formats.openai_to_converse.OpenAIToConverse`
+    ("anthropic", "converse") :class:`~gateway.formats.anthropic_to_converse.AnthropicToConverse`
+    ("responses", "converse") :class:`~gateway.formats.responses_to_converse.ResponsesToConverse`
 
 A direction gives the upstream path, the request body translated for the target model, and
 the answer translated back, whole (``response``, ``error``: from the upstream's body as
@@ -22,9 +25,12 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from gateway.errors import InvalidRequest
+from gateway.formats.anthropic_to_converse import AnthropicToConverse
 from gateway.formats.anthropic_to_openai import AnthropicToOpenAI
 from gateway.formats.openai_to_anthropic import OpenAIToAnthropic
+from gateway.formats.openai_to_converse import OpenAIToConverse
 from gateway.formats.responses_to_anthropic import ResponsesToAnthropic
+from gateway.formats.responses_to_converse import ResponsesToConverse
 from gateway.formats.responses_to_openai import ResponsesToOpenAI
 from gateway.formats.translator import Translator
 
@@ -66,6 +72,9 @@ _DIRECTIONS: dict[tuple[str, str], Bridge] = {
     ("anthropic", "openai"): AnthropicToOpenAI(),
     ("responses", "openai"): ResponsesToOpenAI(),
     ("responses", "anthropic"): ResponsesToAnthropic(),
+    ("openai", "converse"): OpenAIToConverse(),
+    ("anthropic", "converse"): AnthropicToConverse(),
+    ("responses", "converse"): ResponsesToConverse(),
 }
 
 

@@ -32,7 +32,8 @@ class ComposedStream:
 
     __slots__ = ("_first", "_second")
 
-    def __init__(self, first: EventTranslator, second: EventTranslator) -> None:
+    def __init__(self, first: EventTranslator, second: EventTranslator | ComposedStream
+                 ) -> None:
         self._first, self._second = first, second
 
     @property

@@ -42,6 +42,7 @@ from gateway.formats.chat_text import leading_messages, opening_message
 from gateway.prompt_cache import canonical, relocate
 from gateway.prompt_cache.breakpoints import Placed, Ttl, min_tokens_for, place
 from gateway.prompt_cache.cache_keys import CacheKeys
+from gateway.prompt_cache.converse import cache_points
 from gateway.prompt_cache.memory import PromptMemory
 from gateway.prompt_cache.volatile import (
     ClassifyLine,
@@ -117,6 +118,11 @@ class Shaping:
             return self._anthropic(body)
         if api == "responses":
             return self._responses(body)
+        if api == "converse":  # Bedrock's Converse: its cachePoint blocks, nothing moved
+            self._placed = None
+            out, added = cache_points(body) if self._settings.breakpoints else (body, 0)
+            self._log(added, ())
+            return out
         return self._openai(body)
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
+from yarl import URL
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamStalled, UpstreamTimeout, UpstreamUnreachable
@@ -215,12 +216,19 @@ class OpenAIUpstream(Upstream):
 
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
         headers = self._merge(request.headers, request.request_id)
+        return await self._open(request.method, self.base_url + request.path, request.body,
+                                headers)
+
+    async def _open(self, method: str, url: str | URL, body: bytes, headers: dict[str, str]
+                    ) -> UpstreamResponse:
+        """Send one request as it is (``url``: a yarl URL is sent without requoting, as a
+        signed path must be); transport errors converted."""
         session = self._get_session()
         try:
             resp = await session.request(
-                request.method,
-                self.base_url + request.path,
-                data=request.body or None,
+                method,
+                url,
+                data=body or None,
                 headers=headers,
                 allow_redirects=False,
                 compress=False,
