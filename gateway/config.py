@@ -24,6 +24,7 @@ from gateway.secret import SecretConfig
 from gateway.store_config import CacheConfig, ResponsesConfig, checked_redis_url
 from gateway.stream_store import StreamsConfig
 from gateway.tracing_config import TracingConfig
+from gateway.upstreams.google_config import GEMINI_API_URL, GoogleOptions, vertex_url
 
 __all__ = [
     "AuthConfig",
@@ -183,9 +184,10 @@ class UpstreamConfig:
     """One upstream. ``type = "openai"``: any OpenAI-compatible base URL. ``type = "anthropic"``:
     the Anthropic Messages API (``base_url`` without ``/v1``, as the anthropic SDK takes it;
     default https://api.anthropic.com). ``type = "local"``: the co-located engine, started and
-    stopped with the gateway (settings in ``engine``)."""
+    stopped with the gateway (settings in ``engine``). ``type = "gemini"`` (the Gemini API)
+    and ``type = "vertex"`` (Vertex AI, Gemini or Claude): settings in ``google``."""
 
-    type: Literal["openai", "anthropic", "local"]
+    type: Literal["openai", "anthropic", "local", "gemini", "vertex"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -230,6 +232,9 @@ class UpstreamConfig:
     forward_headers: tuple[str, ...] = ()
 
     engine: EngineOptions = field(default_factory=EngineOptions)
+    #: ``type = "gemini"`` / ``"vertex"``: project, location, publisher, credentials
+    #: (gateway.upstreams.google_config).
+    google: GoogleOptions = field(default_factory=GoogleOptions)
 
     def __post_init__(self) -> None:
         if self.passthrough is None:
@@ -255,6 +260,11 @@ class UpstreamConfig:
                                600_000 if self.type == "local" else 120_000)
         if self.type == "anthropic" and not self.base_url:
             object.__setattr__(self, "base_url", "https://api.anthropic.com")
+        if self.type in ("gemini", "vertex") and not self.base_url:
+            object.__setattr__(self, "base_url", GEMINI_API_URL if self.type == "gemini"
+                               else vertex_url(self.google.location))
+        if self.type == "gemini" and not self.api_key_env:
+            raise ValueError("type 'gemini' needs api_key_env (the Gemini API key's variable)")
         if self.type == "openai" and not (self.base_url or self.replicas or self.discover):
             raise ValueError(f"type {self.type!r} needs base_url (or replicas, discover)")
         if self.type == "local" and self.base_url:

@@ -106,6 +106,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.anthropic import AnthropicUpstream
 
         return AnthropicUpstream(name, config)
+    if config.type in ("gemini", "vertex"):
+        from gateway.upstreams.google import GeminiUpstream, VertexUpstream
+
+        return (GeminiUpstream if config.type == "gemini" else VertexUpstream)(name, config)
     return OpenAIUpstream(name, config)
 
 
