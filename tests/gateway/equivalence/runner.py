@@ -39,7 +39,8 @@ class Direction:
     """One way through the gateway: a client of ``api`` (``openai``, ``anthropic``,
     ``responses``; ``count_tokens``: an Anthropic client counting tokens) asking ``model``
     (:data:`harness.MODELS`), whose upstream speaks ``upstream`` (``openai`` chat,
-    ``anthropic``, ``responses`` natively; ``estimate``: nothing, the gateway counts)."""
+    ``anthropic``, ``responses`` natively, ``gemini``; ``vertex-claude``, ``vertex-gemini``:
+    Vertex AI's; ``estimate``: nothing, the gateway counts)."""
 
     api: str
     model: str
@@ -60,7 +61,10 @@ DIRECTIONS = tuple(Direction(*d) for d in (
     ("anthropic", "claude", "anthropic"), ("anthropic", "gpt", "openai"),
     ("responses", "gpt", "openai"), ("responses", "claude", "anthropic"),
     ("responses", "gpt-native", "responses"),
-    ("count_tokens", "claude", "anthropic"), ("count_tokens", "gpt", "estimate")))
+    ("count_tokens", "claude", "anthropic"), ("count_tokens", "gpt", "estimate"),
+    ("openai", "gemini", "gemini"), ("anthropic", "gemini", "gemini"),
+    ("responses", "gemini", "gemini"), ("anthropic", "claude-vertex", "vertex-claude"),
+    ("openai", "gemini-vertex", "vertex-gemini")))
 
 
 def requests_for(items: Iterable[Item], api: str, *, routed_every: int = 0,
