@@ -152,6 +152,15 @@ def test_a_conversation_reads_claudes_prompt_cache_through_vertex(claude_gw, goo
     assert "cache_control" in str(model_calls(google)[-1].json)  # the stage's breakpoints
     assert done.usage is not None and done.usage.prompt_tokens_details is not None
     assert done.usage.prompt_tokens_details.cached_tokens == read[-1]
+    # an Anthropic client's own breakpoint goes to Vertex as it came
+    system = [{"type": "text", "text": RULES + "\nAnthropic.",
+               "cache_control": {"type": "ephemeral"}}]
+    with aclient(claude_gw) as a:
+        first, second = (a.messages.create(
+            model="vmodel", max_tokens=8, system=system,  # type: ignore[arg-type]
+            messages=[{"role": "user", "content": q}]) for q in ("one", "two"))
+    assert first.usage.cache_creation_input_tokens and not first.usage.cache_read_input_tokens
+    assert (second.usage.cache_read_input_tokens or 0) > 2000  # the system prompt, read
 
 
 def test_vertex_throttling_reaches_each_client_in_its_own_format(claude_gw, google):
@@ -247,3 +256,23 @@ def test_gemini_on_vertex_answers_openai_and_anthropic_clients(make_gateway, goo
         assert "".join(s.text_stream) == words
     assert model_calls(google)[-1].path.endswith("gemini-2.5-pro:streamGenerateContent?alt=sse")
     assert google.issuer.granted == 1
+
+
+@pytest.mark.parametrize(("publisher", "model"), [("anthropic", CLAUDE),
+                                                  ("google", "gemini-2.5-pro")])
+def test_a_responses_client_and_anthropic_structured_output_reach_either_publisher(
+        make_gateway, google, publisher, model):
+    gw = make_gateway(vertex_toml(google.url, publisher, model))
+    words = " ".join(f"tok{i}" for i in range(8))
+    with oclient(gw) as c:
+        assert c.responses.create(model="vmodel", input="hi").output_text == words
+        events = list(c.responses.create(model="vmodel", input="hi", stream=True))
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == words
+    schema = {"type": "object", "properties": {"city": {"type": "string"}},
+              "required": ["city"], "additionalProperties": False}
+    with aclient(gw) as a:
+        message = a.messages.create(
+            model="vmodel", max_tokens=64, messages=[{"role": "user", "content": "where?"}],
+            extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert set(orjson.loads(message.content[0].text)) == {"city"}  # type: ignore[union-attr]
