@@ -242,3 +242,15 @@ targets = [{{ upstream = "gemini", model = "{MODEL}" }}]
         c.chat.completions.create(model="gem", messages=hi())
     assert "API key not valid" in caught.value.message
     assert fake_gemini.records[-1].headers["x-goog-api-key"] == "AIza-wrong"
+
+
+def test_an_error_mid_stream_reaches_the_client_as_its_error_event(gw, fake_gemini):
+    with oclient(gw, default_headers={"x-fake-error-midway": "3"}) as c, \
+            pytest.raises(openai.APIError, match="overloaded"):
+        for _ in c.chat.completions.create(model="gem", messages=hi(), stream=True):
+            pass
+    with aclient(gw, default_headers={"x-fake-error-midway": "3"}) as a, \
+            pytest.raises(anthropic.APIStatusError) as caught, \
+            a.messages.stream(model="gem", max_tokens=64, messages=hi()) as s:
+        "".join(s.text_stream)
+    assert caught.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
