@@ -129,6 +129,10 @@ class TokenIssuer:
         return {"access_token": token, "expires_in": int(self.lifetime_s),
                 "token_type": "Bearer"}
 
+    def revoke(self) -> None:
+        """Every token issued so far stops being accepted."""
+        self._tokens.clear()
+
     def check(self, authorization: str | None) -> None:
         """Raises GoogleError 401 UNAUTHENTICATED unless ``authorization`` is ``Bearer`` and
         a token issued here that has not expired."""

@@ -183,6 +183,8 @@ class VertexUpstream(OpenAIUpstream):
                                     "project")
         self._bearer = "Bearer " + await self._tokens.token()
         response = await super().stream(self._routed(request))
+        if response.status == 401:  # the token was refused (revoked?): the next gets another
+            self._tokens.forget()
         if response.status < 400 or self.api != "anthropic":
             return response
         # Vertex's own refusals (auth, quota) come in Google's shape; Claude's clients read

@@ -77,6 +77,12 @@ class GoogleTokens:
                 await asyncio.to_thread(self._refresh)
         return str(credentials.token)
 
+    def forget(self) -> None:
+        """Drop the token (Google refused it: revoked, or the clock is off): the next
+        :meth:`token` gets a new one."""
+        if self._credentials is not None:
+            self._credentials.token = None
+
     def _refresh(self) -> None:
         if self._request is None:  # (one requests session, reused: its keep-alive pool)
             self._request = google.auth.transport.requests.Request()

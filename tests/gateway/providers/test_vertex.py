@@ -200,6 +200,20 @@ def test_a_token_is_reused_while_valid_and_refreshed_before_it_expires(make_gate
         assert google.issuer.granted == grants
 
 
+def test_a_revoked_token_is_replaced_on_the_next_request(claude_gw, google):
+    with aclient(claude_gw) as c:
+        c.messages.create(model="vmodel", max_tokens=8,
+                          messages=[{"role": "user", "content": "hi"}])
+        google.issuer.revoke()
+        with pytest.raises(anthropic.AuthenticationError) as caught:
+            c.messages.create(model="vmodel", max_tokens=8,
+                              messages=[{"role": "user", "content": "hi"}])
+        assert caught.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+        c.messages.create(model="vmodel", max_tokens=8,
+                          messages=[{"role": "user", "content": "hi"}])
+    assert google.issuer.granted == 2
+
+
 def test_application_default_credentials_sign_in(make_gateway, google, monkeypatch):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(google.key_file))
     monkeypatch.delenv(SA_ENV)
