@@ -29,6 +29,7 @@ Vertex signs in with OAuth access tokens (``Authorization: Bearer``) from google
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -150,6 +151,9 @@ class VertexUpstream(OpenAIUpstream):
         self.api = "anthropic" if options.publisher == "anthropic" else "gemini"
         self._tokens = GoogleTokens(credentials_file(options.credentials_file,
                                                      options.credentials_file_env))
+        named = options.credentials_file_env
+        if named and not os.environ.get(named):
+            self._enabled = False  # as with an unset api_key_env: routing skips it
         self._bearer = ""
         self._prefix = ""  # /v1/projects/{p}/locations/{l}/publishers/{pub}/models/, on start
         self._starting: asyncio.Task[None] | None = None

@@ -96,6 +96,7 @@ class GoogleTokens:
 
 def credentials_file(file: str, file_env: str | None) -> str | None:
     """The service-account key file to use: ``file_env``'s value when set there, else
-    ``file``; None (application default credentials) when neither names one."""
+    ``file``; None (application default credentials) when neither names one (an upstream
+    whose ``file_env`` is unset is disabled before it gets here: gateway.upstreams.google)."""
     named = os.environ.get(file_env) if file_env else None
     return named or file or None

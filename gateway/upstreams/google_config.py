@@ -50,8 +50,10 @@ class GoogleOptions:
     #: ``anthropic``: Claude, through ``rawPredict``/``streamRawPredict`` (it speaks
     #: Anthropic Messages).
     publisher: Literal["google", "anthropic"] = "google"
-    #: Vertex: an environment variable holding the path of a service-account key file.
-    #: Unset (and no ``credentials_file``): application default credentials.
+    #: Vertex: an environment variable holding the path of a service-account key file
+    #: (named here but unset in the environment: the upstream is disabled, as with
+    #: ``api_key_env``). Not named (and no ``credentials_file``): application default
+    #: credentials.
     credentials_file_env: str | None = None
     #: Vertex: the path of a service-account key file (a path, not the key: the file stays
     #: outside the config). ``credentials_file_env`` wins when both are set.

@@ -242,6 +242,9 @@ def test_the_fake_refuses_a_token_it_never_issued_and_a_key_it_does_not_know(
 
 
 def test_without_credentials_the_upstream_is_disabled(make_gateway, google, monkeypatch):
+    monkeypatch.delenv(SA_ENV)  # named in the config, unset: as an unset api_key_env
+    assert make_gateway(vertex_toml(google.url, "anthropic", CLAUDE)).gateway.upstreams[
+        "vertex"].enabled is False
     monkeypatch.setenv(SA_ENV, "/nonexistent/key.json")
     gw = make_gateway(vertex_toml(google.url, "anthropic", CLAUDE))
     assert gw.gateway.upstreams["vertex"].enabled is False
