@@ -26,6 +26,7 @@ from gateway.stream_store import StreamsConfig
 from gateway.tracing_config import TracingConfig
 from gateway.upstreams.azure_config import AzureOptions, check_azure
 from gateway.upstreams.bedrock_config import BedrockOptions
+from gateway.upstreams.google_config import GEMINI_API_URL, GoogleOptions, vertex_url
 
 __all__ = [
     "AuthConfig",
@@ -188,9 +189,10 @@ class UpstreamConfig:
     stopped with the gateway (settings in ``engine``). ``type = "azure_openai"``: Azure
     OpenAI, ``base_url`` its resource endpoint (settings in ``azure``). ``type = "bedrock"``:
     Amazon Bedrock, signed with AWS credentials from the environment (settings in
-    ``bedrock``)."""
+    ``bedrock``). ``type = "gemini"`` (the Gemini API) and ``type = "vertex"`` (Vertex AI,
+    Gemini or Claude): settings in ``google``."""
 
-    type: Literal["openai", "anthropic", "local", "azure_openai", "bedrock"]
+    type: Literal["openai", "anthropic", "local", "azure_openai", "bedrock", "gemini", "vertex"]
     base_url: str = ""
     #: Environment variable holding the upstream key. When set here but absent from the
     #: environment, the upstream is disabled and routing skips it.
@@ -240,6 +242,9 @@ class UpstreamConfig:
     azure: AzureOptions = field(default_factory=AzureOptions)
     #: ``type = "bedrock"``: Amazon Bedrock (gateway.upstreams.bedrock_config).
     bedrock: BedrockOptions = field(default_factory=BedrockOptions)
+    #: ``type = "gemini"`` / ``"vertex"``: project, location, publisher, credentials
+    #: (gateway.upstreams.google_config).
+    google: GoogleOptions = field(default_factory=GoogleOptions)
 
     def __post_init__(self) -> None:
         if self.passthrough is None:
@@ -266,6 +271,11 @@ class UpstreamConfig:
                                600_000 if self.type == "local" else 120_000)
         if self.type == "anthropic" and not self.base_url:
             object.__setattr__(self, "base_url", "https://api.anthropic.com")
+        if self.type in ("gemini", "vertex") and not self.base_url:
+            object.__setattr__(self, "base_url", GEMINI_API_URL if self.type == "gemini"
+                               else vertex_url(self.google.location))
+        if self.type == "gemini" and not self.api_key_env:
+            raise ValueError("type 'gemini' needs api_key_env (the Gemini API key's variable)")
         if self.type == "openai" and not (self.base_url or self.replicas or self.discover):
             raise ValueError(f"type {self.type!r} needs base_url (or replicas, discover)")
         if self.type == "local" and self.base_url:

@@ -24,6 +24,7 @@ from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
 from gateway.formats.anthropic import finish_reason_of
 from gateway.formats.bridge import Bridge, bridge
+from gateway.formats.gemini import usage_of as gemini_usage
 from gateway.formats.openai import with_usage_option
 from gateway.formats.responses import response_finish_reason
 from gateway.formats.responses_tools import without_hosted_tools
@@ -163,6 +164,8 @@ def observe(status: int, obj: Any, ctx: RequestContext) -> None:
         found = Usage.of(usage)
         if found is not None:
             ctx.usage = found
+    elif "usageMetadata" in obj:  # Gemini's (its finish is read from the translated answer)
+        ctx.usage = gemini_usage(obj["usageMetadata"]) or ctx.usage
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[-1], dict):
         ctx.finish_reason = choices[-1].get("finish_reason")

@@ -114,6 +114,10 @@ def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
         from gateway.upstreams.bedrock import BedrockUpstream
 
         return BedrockUpstream(name, config)
+    if config.type in ("gemini", "vertex"):
+        from gateway.upstreams.google import GeminiUpstream, VertexUpstream
+
+        return (GeminiUpstream if config.type == "gemini" else VertexUpstream)(name, config)
     return OpenAIUpstream(name, config)
 
 

@@ -17,7 +17,8 @@ Each event is one of:
 
 Sources: https://platform.openai.com/docs/api-reference/chat-streaming,
 https://docs.anthropic.com/en/docs/build-with-claude/streaming,
-https://platform.openai.com/docs/api-reference/responses-streaming
+https://platform.openai.com/docs/api-reference/responses-streaming,
+https://ai.google.dev/api/generate-content#method:-models.streamgeneratecontent
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ MARKS: dict[str, re.Pattern[bytes] | None] = {
     "anthropic": re.compile(rb"delta|message_stop|error"),
     "responses": re.compile(rb"delta|completed|failed|incomplete|error"),
     "converse": re.compile(rb"Delta|messageStop|metadata|error"),
+    "gemini": re.compile(rb"parts|finishReason|blockReason|error"),
     "openai": None}
 #: In an OpenAI chunk with an empty "content": any other field of a delta (or an error, a
 #: legacy completion's text) with a value that is not null; without one it is OPENING.
@@ -57,8 +59,7 @@ _RESPONSES_END = frozenset(("response.completed", "response.failed", "response.i
 def kind_of(api: str, event: Event) -> int:
     """``event`` (parsed: name, data) of a stream in ``api`` (``openai``: Chat Completions
     or legacy completions; ``anthropic``: Messages; ``responses``; ``converse``: Bedrock's
-    ConverseStream) as OPENING, PING,
-    CONTENT or END."""
+    ConverseStream; ``gemini``: streamGenerateContent) as OPENING, PING, CONTENT or END."""
     name, data = event
     if api == "anthropic":
         kind = name if name is not None else _type(data)
@@ -78,7 +79,27 @@ def kind_of(api: str, event: Event) -> int:
         if kind.endswith(".delta"):
             return CONTENT
         return END if kind in _RESPONSES_END else OPENING
+    if api == "gemini":
+        return _gemini(data)
     return _openai(data)
+
+
+def _gemini(data: bytes) -> int:
+    """A streamGenerateContent event: END with a finishReason, a blocked prompt or an
+    error; CONTENT with a part (text, functionCall, thought); else OPENING."""
+    obj = _json(data)
+    if not isinstance(obj, dict):
+        return OPENING
+    if "error" in obj or (obj.get("promptFeedback") or {}).get("blockReason"):
+        return END
+    for candidate in obj.get("candidates") or ():
+        if not isinstance(candidate, dict):
+            continue
+        if candidate.get("finishReason"):
+            return END
+        if ((candidate.get("content") or {}).get("parts")):
+            return CONTENT
+    return OPENING
 
 
 #: In-band error types that are the request's own fault: sent again, it fails again.

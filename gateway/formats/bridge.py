@@ -8,6 +8,9 @@ table of the two directions, each a :class:`Bridge` from a client API to an upst
     ("openai", "converse")    :class:`~gateway.formats.openai_to_converse.OpenAIToConverse`
     ("anthropic", "converse") :class:`~gateway.formats.anthropic_to_converse.AnthropicToConverse`
     ("responses", "converse") :class:`~gateway.formats.responses_to_converse.ResponsesToConverse`
+    ("openai", "gemini")      :class:`~gateway.formats.openai_to_gemini.OpenAIToGemini`
+    ("anthropic", "gemini")   :class:`~gateway.formats.anthropic_to_gemini.AnthropicToGemini`
+    ("responses", "gemini")   :class:`~gateway.formats.responses_to_gemini.ResponsesToGemini`
 
 A direction gives the upstream path, the request body translated for the target model, and
 the answer translated back, whole (``response``, ``error``: from the upstream's body as
@@ -26,11 +29,14 @@ from typing import Any, Protocol
 
 from gateway.errors import InvalidRequest
 from gateway.formats.anthropic_to_converse import AnthropicToConverse
+from gateway.formats.anthropic_to_gemini import AnthropicToGemini
 from gateway.formats.anthropic_to_openai import AnthropicToOpenAI
 from gateway.formats.openai_to_anthropic import OpenAIToAnthropic
 from gateway.formats.openai_to_converse import OpenAIToConverse
+from gateway.formats.openai_to_gemini import OpenAIToGemini
 from gateway.formats.responses_to_anthropic import ResponsesToAnthropic
 from gateway.formats.responses_to_converse import ResponsesToConverse
+from gateway.formats.responses_to_gemini import ResponsesToGemini
 from gateway.formats.responses_to_openai import ResponsesToOpenAI
 from gateway.formats.translator import Translator
 
@@ -75,6 +81,9 @@ _DIRECTIONS: dict[tuple[str, str], Bridge] = {
     ("openai", "converse"): OpenAIToConverse(),
     ("anthropic", "converse"): AnthropicToConverse(),
     ("responses", "converse"): ResponsesToConverse(),
+    ("openai", "gemini"): OpenAIToGemini(),
+    ("anthropic", "gemini"): AnthropicToGemini(),
+    ("responses", "gemini"): ResponsesToGemini(),
 }
 
 
@@ -85,13 +94,17 @@ def bridge(client: str, upstream: str, kind: str) -> Bridge | None:
         return None
     if (client, upstream) not in _DIRECTIONS:
         raise InvalidRequest(f"/v1/responses is not yet available for this model: it is "
-                             f"served by an {upstream.capitalize()} upstream",
+                             f"served by {_an(upstream)} upstream",
                              code="unsupported_endpoint")
     if kind != "chat":
         raise InvalidRequest(f"/v1/{kind} is not available for this model: it is served by "
-                             f"an {upstream.capitalize()} upstream, which has no such endpoint",
+                             f"{_an(upstream)} upstream, which has no such endpoint",
                              code="unsupported_endpoint")
     return _DIRECTIONS[(client, upstream)]
+
+
+def _an(api: str) -> str:
+    return "a Gemini" if api == "gemini" else f"an {api.capitalize()}"
 
 
 class TranslatedStream:

@@ -114,6 +114,8 @@ class Shaping:
         return done
 
     def __call__(self, body: dict[str, Any], api: str) -> dict[str, Any]:
+        if api == "gemini":  # Gemini caches a repeated prefix by itself: no marker, no key
+            return body
         if api == "anthropic":
             return self._anthropic(body)
         if api == "responses":

@@ -1,6 +1,8 @@
-"""The servers of the harness: a gateway per policy (real HTTP on loopback) in front of two
+"""The servers of the harness: a gateway per policy (real HTTP on loopback) in front of three
 recording fakes (``FakeUpstream`` for OpenAI, chat and Responses, ``FakeAnthropic`` for
-Anthropic, uvicorn in threads): :data:`MODELS` names a model of each API and ``gpt-native``,
+Anthropic, ``FakeGoogle`` for the Gemini API and Vertex AI's Claude and Gemini, its token
+endpoint signing a service account in; uvicorn in threads): :data:`MODELS` names a model of
+each API and upstream type, and ``gpt-native``,
 whose upstream serves ``/v1/responses`` itself, so that a request can take every direction
 (:data:`tests.gateway.equivalence.runner.DIRECTIONS`); ``gpt-azure`` (Azure's v1 form, its
 Responses native) and ``gpt-azure-dep`` (its deployments form) reach the OpenAI recorder
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from gateway.app import create_app
@@ -32,7 +35,9 @@ from gateway.compression.tokens import o200k
 from gateway.config import load_config
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_azure import FakeAzure
+from gateway.testing.fake_gemini import FakeGoogle
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.google_tokens import TokenIssuer
 from gateway.testing.server import ServerThread
 from gateway.upstreams.ports import free_port
 from tests.conftest import wait_until_ready
@@ -54,7 +59,11 @@ MODELS = {"gpt": ("eq-openai", "gpt-upstream"), "gpt-mini": ("eq-openai", "gpt-m
           "gpt-native": ("eq-openai-native", "gpt-native-upstream"),
           # Azure OpenAI (type azure_openai): the v1 form (Responses native), the deployments one
           "gpt-azure": ("eq-azure", "gpt-azure-deployment"),
-          "gpt-azure-dep": ("eq-azure-dep", "gpt-azure-deployment")}
+          "gpt-azure-dep": ("eq-azure-dep", "gpt-azure-deployment"),
+          # Google: the Gemini API (its key), Vertex AI's Claude and Gemini (OAuth tokens)
+          "gemini": ("eq-gemini", "gemini-upstream"),
+          "claude-vertex": ("eq-vertex-claude", "claude-vertex-upstream"),
+          "gemini-vertex": ("eq-vertex-gemini", "gemini-vertex-upstream")}
 #: router name -> its two tiers' models (same API, so nothing is translated)
 ROUTERS = {"auto-gpt": ("gpt-mini", "gpt"), "auto-claude": ("claude-haiku", "claude")}
 
@@ -92,7 +101,8 @@ min_tokens = 256
 {tiers}{routers}"""
 
 
-def _config(openai_url: str, claude_url: str, azure_url: str, cache: bool) -> str:
+def _config(openai_url: str, claude_url: str, azure_url: str, google_url: str,
+            key_file: Path, cache: bool) -> str:
     models = "".join(f'[models."{name}"]\ntargets = [{{ upstream = "{up}", model = "{model}" }}]\n'
                      for name, (up, model) in MODELS.items())
     return f"""
@@ -129,6 +139,21 @@ type = "azure_openai"
 base_url = "{azure_url}"
 api_key_env = "{AZURE_KEY_ENV}"
 azure = {{ url_form = "deployments" }}
+
+[upstreams.eq-gemini]
+type = "gemini"
+base_url = "{google_url}"
+api_key_env = "{KEY_ENV}"
+
+[upstreams.eq-vertex-claude]
+type = "vertex"
+base_url = "{google_url}"
+google = {{ project = "fake-project", publisher = "anthropic", credentials_file = "{key_file}" }}
+
+[upstreams.eq-vertex-gemini]
+type = "vertex"
+base_url = "{google_url}"
+google = {{ project = "fake-project", publisher = "google", credentials_file = "{key_file}" }}
 
 {models}
 [cache]
@@ -210,8 +235,12 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
         # pytest's "warnings are errors" it can escape as that thread's exception.
         o200k()
     (tmp / "policy.toml").write_text(policy)
-    (tmp / "gateway.toml").write_text(_config(recorders["openai"][1], recorders["anthropic"][1],
-                                              recorders["azure"][1], cache=every))
+    google = recorders["google"][0]
+    assert isinstance(google, FakeGoogle) and google.issuer is not None
+    (tmp / "service-account.json").write_bytes(orjson.dumps(google.issuer.account))
+    (tmp / "gateway.toml").write_text(
+        _config(recorders["openai"][1], recorders["anthropic"][1], recorders["azure"][1],
+                recorders["google"][1], tmp / "service-account.json", cache=every))
     # (the Azure fake records into the OpenAI recorder)
     recording = {api: fake for api, (fake, _) in recorders.items() if api != "azure"}
     if not every:
@@ -231,10 +260,14 @@ def start_recorders() -> dict[str, tuple[FakeUpstream, ServerThread]]:
     """The recording fakes by API, and ``azure``: a FakeAzure in front of the OpenAI one."""
     out: dict[str, tuple[FakeUpstream, ServerThread]] = {}
     for api, fake in (("openai", FakeUpstream()), ("anthropic",
-                                                   FakeAnthropic(api_key=UPSTREAM_KEY))):
+                                                   FakeAnthropic(api_key=UPSTREAM_KEY)),
+                      ("google", FakeGoogle(gemini_key=UPSTREAM_KEY))):
         out[api] = (fake, ServerThread(fake).start())
     openai = out["openai"][0]
     out["azure"] = (openai, ServerThread(FakeAzure(api_key=AZURE_KEY, inner=openai)).start())
+    google, server = out["google"]
+    assert isinstance(google, FakeGoogle)
+    google.issuer = TokenIssuer.of(server.url + "/token")  # Vertex's service account
     return out
 
 

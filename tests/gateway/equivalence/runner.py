@@ -39,8 +39,9 @@ class Direction:
     """One way through the gateway: a client of ``api`` (``openai``, ``anthropic``,
     ``responses``; ``count_tokens``: an Anthropic client counting tokens) asking ``model``
     (:data:`harness.MODELS`), whose upstream speaks ``upstream`` (``openai`` chat,
-    ``anthropic``, ``responses`` natively; ``estimate``: nothing, the gateway counts);
-    ``via``: the upstream's type where it is not the API's own (``azure_openai``)."""
+    ``anthropic``, ``responses`` natively, ``gemini``; ``vertex-claude``, ``vertex-gemini``:
+    Vertex AI's; ``estimate``: nothing, the gateway counts); ``via``: the upstream's type where
+    it is not the API's own (``azure_openai``)."""
 
     api: str
     model: str
@@ -66,7 +67,10 @@ DIRECTIONS = tuple(Direction(*d) for d in (
     # an azure_openai upstream (v1 form): OpenAI chat on the wire, Responses native
     ("openai", "gpt-azure", "openai", "azure_openai"),
     ("anthropic", "gpt-azure", "openai", "azure_openai"),
-    ("responses", "gpt-azure", "responses", "azure_openai")))
+    ("responses", "gpt-azure", "responses", "azure_openai"),
+    ("openai", "gemini", "gemini"), ("anthropic", "gemini", "gemini"),
+    ("responses", "gemini", "gemini"), ("anthropic", "claude-vertex", "vertex-claude"),
+    ("openai", "gemini-vertex", "vertex-gemini")))
 
 
 def requests_for(items: Iterable[Item], api: str, *, routed_every: int = 0,
