@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -39,7 +38,7 @@ import orjson
 
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequest, UpstreamUnreachable
-from gateway.upstreams.base import RawHeaders, UpstreamRequest, UpstreamResponse
+from gateway.upstreams.base import RawHeaders, ReadResponse, UpstreamRequest, UpstreamResponse
 from gateway.upstreams.openai import OpenAIUpstream
 
 __all__ = ["AzureOpenAIUpstream", "TokenFile", "openai_error_body"]
@@ -100,33 +99,6 @@ class TokenFile:
         return self._token
 
 
-class _ReadResponse(UpstreamResponse):
-    """An answer whose body was read whole (an error, normalised): served from memory."""
-
-    __slots__ = ("_body", "headers", "status")
-
-    def __init__(self, status: int, headers: RawHeaders, body: bytes) -> None:
-        self.status, self.headers, self._body = status, headers, body
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
-        return self._chunks()
-
-    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
-        pass  # nothing more arrives
-
-    async def read(self) -> bytes:
-        return self._body
-
-    def at_eof(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-
 class AzureOpenAIUpstream(OpenAIUpstream):
     """Azure OpenAI behind the upstream interface (module docstring). ``enabled``: its key
     or token variable is set (a token file is looked for on each request)."""
@@ -165,7 +137,7 @@ class AzureOpenAIUpstream(OpenAIUpstream):
             body = await response.read()
         finally:
             response.close()
-        return _ReadResponse(response.status, response.headers,
+        return ReadResponse(response.status, response.headers,
                              openai_error_body(response.status, body))
 
     def _deployment_path(self, request: UpstreamRequest) -> str:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from gateway.service_time import ServiceRates
 
-__all__ = ["Upstream", "UpstreamRequest", "UpstreamResponse", "WholeResponse"]
+__all__ = ["ReadResponse", "Upstream", "UpstreamRequest", "UpstreamResponse", "WholeResponse",
+           "json_headers"]
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
@@ -77,6 +78,43 @@ class UpstreamResponse(abc.ABC):
     def close(self) -> None:
         """Drop the response; an unfinished one closes its connection, which tells the
         upstream to stop generating."""
+
+
+class ReadResponse(UpstreamResponse):
+    """A response already read whole (an error rewritten into the client's shape, a count
+    a provider answers its own way), served from memory; ``headers`` as given
+    (:func:`json_headers` for a rewritten JSON body)."""
+
+    __slots__ = ("_body", "headers", "status")
+
+    def __init__(self, status: int, headers: RawHeaders, body: bytes) -> None:
+        self.status, self.headers, self._body = status, headers, body
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        yield self._body
+
+    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
+        pass  # nothing more arrives
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def at_eof(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def json_headers(headers: RawHeaders, body: bytes) -> RawHeaders:
+    """``headers`` for ``body``, a JSON body written in place of the upstream's: its type
+    and length, the rest kept."""
+    return [*((k, v) for k, v in headers if k.lower() not in (b"content-type",
+                                                               b"content-length")),
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
 
 
 class Upstream(abc.ABC):

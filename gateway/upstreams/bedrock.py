@@ -42,12 +42,17 @@ from yarl import URL
 
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequest, UpstreamUnreachable
-from gateway.upstreams.base import RawHeaders, UpstreamRequest, UpstreamResponse
+from gateway.upstreams.base import (
+    RawHeaders,
+    ReadResponse,
+    UpstreamRequest,
+    UpstreamResponse,
+    json_headers,
+)
 from gateway.upstreams.bedrock_auth import Signer
 from gateway.upstreams.bedrock_errors import anthropic_error
 from gateway.upstreams.bedrock_stream import (
     EventStreamResponse,
-    WholeBody,
     converse_event,
     invoke_event,
 )
@@ -127,13 +132,13 @@ class BedrockUpstream(OpenAIUpstream):
             finally:
                 response.close()
             status, raw = anthropic_error(response.status, response.headers, raw)
-            return WholeBody(status, response.headers, raw)
+            return ReadResponse(status, json_headers(response.headers, raw), raw)
         if counting:
             try:
                 answer = await response.read()
             finally:
                 response.close()
-            return WholeBody(200, response.headers, _counted(answer))
+            return ReadResponse(200, json_headers(response.headers, counted := _counted(answer)), counted)
         if request.stream:
             return EventStreamResponse(response, invoke_event if self.api == "anthropic"
                                        else converse_event)

@@ -33,10 +33,10 @@ import orjson
 from botocore.eventstream import EventStreamBuffer, ParserError
 
 from gateway.errors import UpstreamError
-from gateway.upstreams.base import RawHeaders, UpstreamResponse
+from gateway.upstreams.base import UpstreamResponse
 from gateway.upstreams.bedrock_errors import anthropic_error
 
-__all__ = ["EventStreamResponse", "WholeBody", "converse_event", "invoke_event"]
+__all__ = ["EventStreamResponse", "converse_event", "invoke_event"]
 
 Decode = Callable[[Any], bytes]
 
@@ -119,30 +119,3 @@ class EventStreamResponse(UpstreamResponse):
         self._inner.close()
 
 
-class WholeBody(UpstreamResponse):
-    """A response already read and rewritten (an error in the client's shape, a count)."""
-
-    __slots__ = ("_body", "headers", "status")
-
-    def __init__(self, status: int, headers: RawHeaders, body: bytes) -> None:
-        self.status, self._body = status, body
-        self.headers = [(k, v) for k, v in headers if k.lower() not in (
-            b"content-type", b"content-length")] + [(b"content-type", b"application/json")]
-
-    async def _once(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
-        return self._once()
-
-    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
-        pass
-
-    async def read(self) -> bytes:
-        return self._body
-
-    def at_eof(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass

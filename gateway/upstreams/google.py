@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -42,7 +41,13 @@ import structlog
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.formats.anthropic import error_type_of
-from gateway.upstreams.base import RawHeaders, UpstreamRequest, UpstreamResponse
+from gateway.upstreams.base import (
+    RawHeaders,
+    ReadResponse,
+    UpstreamRequest,
+    UpstreamResponse,
+    json_headers,
+)
 from gateway.upstreams.google_auth import GoogleTokens, credentials_file
 from gateway.upstreams.openai import OpenAIUpstream
 
@@ -77,35 +82,6 @@ def anthropic_error_of(status: int, body: bytes) -> bytes:
         return body
     return orjson.dumps({"type": "error", "error": {"type": error_type_of(status), "message":
                                                     str(error.get("message") or "")}})
-
-
-class _Buffered(UpstreamResponse):
-    """A response read whole, its body replaced."""
-
-    def __init__(self, status: int, headers: RawHeaders, body: bytes) -> None:
-        self.status, self._body = status, body
-        self.headers = [*((k, v) for k, v in headers
-                          if k.lower() not in (b"content-length", b"content-type")),
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())]
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    def iter_chunks(self, idle_s: float = 0.0) -> AsyncIterator[bytes]:
-        return self._chunks()
-
-    def watch_idle(self, idle_s: float, on_stall: Callable[[], None]) -> None:
-        pass
-
-    async def read(self) -> bytes:
-        return self._body
-
-    def at_eof(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
 
 
 def _segment(model: str) -> str:
@@ -197,8 +173,8 @@ class VertexUpstream(OpenAIUpstream):
             body = await response.read()
         finally:
             response.close()
-        return _Buffered(response.status, response.headers, anthropic_error_of(
-            response.status, body))
+        error = anthropic_error_of(response.status, body)
+        return ReadResponse(response.status, json_headers(response.headers, error), error)
 
     def _routed(self, request: UpstreamRequest) -> UpstreamRequest:
         """``request`` for Vertex: the model in the URL, the body as Vertex takes it."""
