@@ -16,7 +16,7 @@ import orjson
 
 from llm_wire.sse import DONE, cut_events
 
-__all__ = ["StreamObserver", "error_type_in"]
+__all__ = ["StreamObserver", "chunk_event", "chunk_head", "error_type_in"]
 
 _FINISH = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
 _DONE = DONE[:-2]  # b"data: [DONE]"
@@ -121,3 +121,21 @@ def error_type_in(data: bytes) -> str | None:
     error = obj.get("error") if isinstance(obj, dict) else None
     kind = error.get("type") if isinstance(error, dict) else None
     return kind if isinstance(kind, str) else None
+
+
+_OPEN_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+
+def chunk_head(base: dict[str, Any]) -> bytes:
+    """The bytes every ``chat.completion.chunk`` of one answer starts with, from its ``base``
+    (``id``, ``object``, ``created``, ``model``), up to its one choice's ``delta``."""
+    return orjson.dumps(base)[:-1] + b',"choices":[{"index":0,"delta":'
+
+
+def chunk_event(head: bytes, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    """One SSE event of an OpenAI chat stream (a translated one's): ``head``
+    (:func:`chunk_head`), ``delta``, and ``finish`` as its choice's ``finish_reason``."""
+    if finish is None:
+        return b"data: " + head + orjson.dumps(delta) + _OPEN_TAIL
+    return (b"data: " + head + orjson.dumps(delta)
+            + b',"logprobs":null,"finish_reason":' + orjson.dumps(finish) + b"}]}\n\n")

@@ -13,10 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
-
 from gateway.formats.anthropic import finish_reason_of, usage_to_openai
 from gateway.formats.ids import random_hex
+from gateway.formats.openai_stream import chunk_event, chunk_head
 from gateway.formats.translator import INVALID_EVENT, EventTranslator, load_object
 from llm_wire.errors import error_body
 from llm_wire.sse import DONE, data_event, json_event
@@ -24,7 +23,6 @@ from llm_wire.sse import DONE, data_event, json_event
 __all__ = ["OpenAIStreamFromAnthropic"]
 
 # The tail of a content chunk; the gateway's fast path counts `"finish_reason":null` per line.
-_OPEN_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class OpenAIStreamFromAnthropic(EventTranslator):
@@ -128,14 +126,11 @@ class OpenAIStreamFromAnthropic(EventTranslator):
         self._base = {"id": self.id, "object": "chat.completion.chunk",
                       "created": self._created,
                       "model": self._model or message.get("model") or ""}
-        self._head = orjson.dumps(self._base)[:-1] + b',"choices":[{"index":0,"delta":'
+        self._head = chunk_head(self._base)
         return self._chunk({"role": "assistant", "content": ""})
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        if finish is None:
-            return b"data: " + self._head + orjson.dumps(delta) + _OPEN_TAIL
-        return (b"data: " + self._head + orjson.dumps(delta)
-                + b',"logprobs":null,"finish_reason":' + orjson.dumps(finish) + b"}]}\n\n")
+        return chunk_event(self._head, delta, finish)
 
     def _fail(self, type_: str, message: str) -> bytes:
         self.errored = True

@@ -25,8 +25,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
-
 from gateway.formats.gemini import (
     candidate_parts,
     finish_reason_of,
@@ -34,13 +32,13 @@ from gateway.formats.gemini import (
     usage_to_openai,
 )
 from gateway.formats.ids import random_hex
+from gateway.formats.openai_stream import chunk_event, chunk_head
 from gateway.formats.translator import INVALID_EVENT, EventTranslator, load_object
 from llm_wire.errors import error_body
 from llm_wire.sse import DONE, data_event, json_event
 
 __all__ = ["OpenAIStreamFromGemini"]
 
-_OPEN_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class OpenAIStreamFromGemini(EventTranslator):
@@ -91,14 +89,11 @@ class OpenAIStreamFromGemini(EventTranslator):
         self.id = "chatcmpl-" + (id_ if isinstance(id_, str) and id_ else random_hex())
         self._base = {"id": self.id, "object": "chat.completion.chunk",
                       "created": self._created, "model": str(obj.get("modelVersion") or "")}
-        self._head = orjson.dumps(self._base)[:-1] + b',"choices":[{"index":0,"delta":'
+        self._head = chunk_head(self._base)
         return self._chunk({"role": "assistant", "content": ""})
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        if finish is None:
-            return b"data: " + self._head + orjson.dumps(delta) + _OPEN_TAIL
-        return (b"data: " + self._head + orjson.dumps(delta)
-                + b',"logprobs":null,"finish_reason":' + orjson.dumps(finish) + b"}]}\n\n")
+        return chunk_event(self._head, delta, finish)
 
     def _fail(self, type_: str, message: str) -> bytes:
         self.errored = True
