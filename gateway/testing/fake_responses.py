@@ -32,6 +32,10 @@ conversation holds no ``function_call_output``; ``agent``: a client's own tool, 
 custom, namespaced or not, with valid arguments, once: :mod:`gateway.testing.tool_args`).
 A custom tool's call streams ``response.custom_tool_call_input.delta``/``.done``.
 
+Usage: input tokens are the words of the instructions and the conversation; with
+``FakeUpstream(simulate_cache=True)``, tokens and ``cached_tokens`` from the simulated OpenAI
+prompt cache, as chat's (the instructions and items read as a chat body's messages).
+
 Structured outputs: with ``text.format.type == "json_schema"`` the text is
 :func:`json_instance` of the schema, so an SDK's ``output_parsed`` works; the chat side uses
 the same for ``response_format``.
@@ -51,6 +55,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.testing.cache_sim import CacheSims
 from gateway.testing.fake_stalls import COMMENT_PING, Stalls
 from gateway.testing.tool_args import responses_call
 from gateway.types import Message, Send
@@ -169,6 +174,18 @@ def _items(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _as_chat(data: dict[str, Any], conversation: list[dict[str, Any]]) -> dict[str, Any]:
+    """The request as the cache simulator reads a chat body: its tools, the instructions,
+    then each item of the conversation (as sent, less the ids the fake gave it)."""
+    head = [{"role": "system", "content": data["instructions"]}] \
+        if isinstance(data.get("instructions"), str) else []
+    return {**{k: data[k] for k in ("tools", "prompt_cache_key", "prompt_cache_retention")
+               if k in data}, "messages": [*head, *({
+                   "role": item.get("role") or item.get("type"), "content": orjson.dumps(
+                       {k: v for k, v in item.items() if k not in ("id", "status")}).decode()}
+                   for item in conversation)]}
+
+
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
@@ -199,15 +216,17 @@ class FakeResponses:
 
     async def __call__(self, path: str, headers: dict[str, str], data: Any,
                        rec: Recorded, disconnected: asyncio.Event, send: Send,
-                       touch: Callable[[], None] = lambda: None) -> None:
+                       touch: Callable[[], None] = lambda: None,
+                       sims: CacheSims | None = None) -> None:
         """Answer one request; ``touch`` is called after each streamed delta (a test may be
-        waiting on ``Record.chunks_sent``)."""
+        waiting on ``Record.chunks_sent``); ``sims``: the usage's input and cached tokens
+        from OpenAI's simulated prompt cache (else a word count, nothing cached)."""
         rid, _, sub = path.rpartition("/responses")[2].strip("/").partition("/")
         if not rid:
             if rec.method != "POST" or not isinstance(data, dict):
                 await _send(send, 400, _error("Expected a JSON object body."), rec)
                 return
-            await self._create(headers, data, rec, disconnected, send, touch)
+            await self._create(headers, data, rec, disconnected, send, touch, sims)
             return
         kept = self.kept.get(rid)
         if kept is None or (sub and sub != "input_items"):
@@ -225,7 +244,7 @@ class FakeResponses:
 
     async def _create(self, headers: dict[str, str], data: dict[str, Any], rec: Recorded,
                       disconnected: asyncio.Event, send: Send,
-                      touch: Callable[[], None]) -> None:
+                      touch: Callable[[], None], sims: CacheSims | None) -> None:
         previous = data.get("previous_response_id")
         before: list[dict[str, Any]] = []
         if previous is not None:
@@ -236,7 +255,7 @@ class FakeResponses:
                 return
             before = self.kept[previous].conversation
         items = _items(data)
-        response = _response(data, headers, [*before, *items])
+        response = _response(data, headers, [*before, *items], sims)
         if data.get("store", True) is not False:
             conversation = [*before, *items, *response["output"]]
             self.kept[response["id"]] = _Kept(response, items, conversation)
@@ -273,7 +292,7 @@ class FakeResponses:
 
 
 def _response(data: dict[str, Any], headers: dict[str, str],
-              conversation: list[dict[str, Any]]) -> dict[str, Any]:
+              conversation: list[dict[str, Any]], sims: CacheSims | None) -> dict[str, Any]:
     """The finished ``response`` object for a request continuing ``conversation``."""
     tools = data.get("tools") or []
     call = responses_call(data, headers, conversation)
@@ -287,9 +306,11 @@ def _response(data: dict[str, Any], headers: dict[str, str],
                    "content": [{"type": "output_text", "text": "".join(pieces),
                                 "annotations": [], "logprobs": []}]}]
         produced = len(pieces)
-    prompt = _words(data.get("instructions")) + _words(conversation)
+    sim = sims.openai(_as_chat(data, conversation), headers) if sims else None
+    prompt, cached = (sim.prompt_tokens, sim.cached_tokens) if sim else (
+        _words(data.get("instructions")) + _words(conversation), 0)
     usage = None if headers.get("x-fake-usage") == "0" else {
-        "input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": produced, "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + produced}
     return {

@@ -40,8 +40,8 @@ first tokens and stalls (``x-fake-first-token-ms``...): :mod:`.fake_stalls`, in 
 Structured outputs: with a ``json_schema`` ``response_format`` (Responses: ``text.format``)
 the text is a JSON instance of the schema (:func:`.fake_responses.json_instance`).
 
-``FakeUpstream(simulate_cache=True)``: chat usage's ``prompt_tokens`` and ``cached_tokens`` from
-a simulation of OpenAI's prompt caching (:mod:`gateway.testing.cache_sim`), not a word count.
+``FakeUpstream(simulate_cache=True)``: chat's and Responses' prompt and cached tokens from a
+simulation of OpenAI's prompt caching (:mod:`gateway.testing.cache_sim`), not a word count.
 
 Every request is recorded (:class:`Record`): headers, JSON body, monotonic times of arrival,
 first byte, completion and client disconnect (tests await them with :meth:`~.wait_for`).
@@ -239,10 +239,10 @@ class FakeUpstream:
                    "param": None, "code": headers.get("x-fake-error-code")}
             await _send_json(send, status, {"error": err}, rec, extra)
             return
+        sims = self._sims if self.simulate_cache and isinstance(data, dict) else None
         if path.endswith(("/chat/completions", "/completions")):
             chat = path.endswith("/chat/completions")
-            sim = self._sims.openai(data, headers) if (
-                self.simulate_cache and chat and isinstance(data, dict)) else None
+            sim = sims.openai(data, headers) if sims and chat else None
             if isinstance(data, dict) and data.get("stream"):
                 await self._stream(data, headers, chat, rec, disconnected, send, sim)
             else:
@@ -252,7 +252,7 @@ class FakeUpstream:
         elif path.endswith("/embeddings"):
             await _send_json(send, 200, _embeddings(data), rec)
         elif "/responses" in path:
-            await self._responses(path, headers, data, rec, disconnected, send, self._touch)
+            await self._responses(path, headers, data, rec, disconnected, send, self._touch, sims)
         elif path.endswith("/models"):
             await _send_json(send, 200, {"object": "list", "data": [
                 {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]}, rec)
