@@ -58,17 +58,19 @@ def google(google_server: Google, monkeypatch: pytest.MonkeyPatch) -> Google:
     return google_server
 
 
-def vertex_toml(url: str, publisher: str, model: str, auth: str = "") -> str:
+def vertex_toml(url: str, publisher: str, model: str, auth: str = "",
+                name: str = "vertex", alias: str = "vmodel") -> str:
+    """Upstream ``name`` (a Vertex ``publisher``'s ``model``) served as model ``alias``."""
     auth = auth or f'credentials_file_env = "{SA_ENV}"'
     return f"""
-[upstreams.vertex]
+[upstreams.{name}]
 type = "vertex"
 base_url = "{url}"
 forward_headers = ["x-fake-*"]
 google = {{ project = "fake-project", location = "us-east5", publisher = "{publisher}", {auth} }}
 
-[models.vmodel]
-targets = [{{ upstream = "vertex", model = "{model}" }}]
+[models.{alias}]
+targets = [{{ upstream = "{name}", model = "{model}" }}]
 """
 
 
