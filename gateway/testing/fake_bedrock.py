@@ -151,21 +151,33 @@ class FakeBedrock(FakeUpstream):
             raise AwsError(status, name, "Too many requests, please wait before trying "
                            "again." if status == 429 else f"fake Bedrock error {status}")
 
+    def wire_error(self, rec: Record) -> AwsError | None:
+        """What Bedrock would refuse in a recorded request that is the sender's doing
+        whatever its client asked (None: nothing): its signature, an InvokeModel body's
+        Bedrock keys, a Converse body's shape. An InvokeModel body's Messages content is
+        not judged here, nor a Converse body's values (a client's bad request reaches Bedrock
+        as it would Anthropic)."""
+        try:
+            self._check_signature(rec.path, rec.headers, rec.body)
+            found = _ROUTE.match(rec.path)
+            if found is None or not isinstance(rec.json, dict):
+                raise AwsError(400, "ValidationException", f"no JSON body for {rec.path}")
+            if found.group(2).startswith("invoke"):
+                _bedrock_keys(rec.json)
+            elif found.group(2).startswith("converse"):
+                fake_converse.as_messages(unquote(found.group(1)), rec.json)
+        except fake_converse.ValueRefused:  # the client's own value, as it came
+            return None
+        except AwsError as exc:
+            return exc
+        except (KeyError, TypeError, AttributeError) as exc:  # shapes the fake's reader takes
+            return AwsError(400, "ValidationException", f"Malformed input request: {exc!r}")
+        return None
+
     def _invoke(self, model: str, data: dict[str, Any], headers: dict[str, str]
                 ) -> dict[str, Any]:
         """The Messages answer to an InvokeModel body, checked as Bedrock checks it."""
-        if data.get("anthropic_version") != "bedrock-2023-05-31":
-            raise AwsError(400, "ValidationException",
-                           "Malformed input request: anthropic_version is required")
-        for key in ("model", "stream", "metadata"):
-            if key in data:
-                raise AwsError(400, "ValidationException",
-                               f"Malformed input request: extraneous key [{key}] is not "
-                               f"permitted, please reformat your input and try again.")
-        beta = data.get("anthropic_beta")
-        if beta is not None and not (isinstance(beta, list)
-                                     and all(isinstance(b, str) for b in beta)):
-            raise AwsError(400, "ValidationException", "anthropic_beta: expected a list")
+        _bedrock_keys(data)
         body = {k: v for k, v in data.items() if k not in ("anthropic_version",
                                                            "anthropic_beta")}
         body["model"] = model
@@ -201,3 +213,18 @@ class FakeBedrock(FakeUpstream):
                 rec.chunks_sent += 1
                 self._touch()
 
+
+def _bedrock_keys(data: dict[str, Any]) -> None:
+    """An InvokeModel body's own keys as Bedrock checks them (AwsError 400)."""
+    if data.get("anthropic_version") != "bedrock-2023-05-31":
+        raise AwsError(400, "ValidationException",
+                       "Malformed input request: anthropic_version is required")
+    for key in ("model", "stream", "metadata"):
+        if key in data:
+            raise AwsError(400, "ValidationException",
+                           f"Malformed input request: extraneous key [{key}] is not "
+                           f"permitted, please reformat your input and try again.")
+    beta = data.get("anthropic_beta")
+    if beta is not None and not (isinstance(beta, list)
+                                 and all(isinstance(b, str) for b in beta)):
+        raise AwsError(400, "ValidationException", "anthropic_beta: expected a list")

@@ -12,6 +12,7 @@ simulated prompt cache applies), in Converse's shapes: ``output.message``, ``sto
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +27,7 @@ from gateway.testing.fake_responses import json_instance
 from gateway.testing.fake_upstream import Record
 from gateway.types import Send
 
-__all__ = ["as_messages", "serve"]
+__all__ = ["ValueRefused", "as_messages", "serve"]
 
 _KEYS = {"messages", "system", "inferenceConfig", "toolConfig", "additionalModelRequestFields",
          "guardrailConfig", "promptVariables", "requestMetadata", "performanceConfig",
@@ -34,10 +35,26 @@ _KEYS = {"messages", "system", "inferenceConfig", "toolConfig", "additionalModel
 _BLOCKS = {"text", "image", "document", "toolUse", "toolResult", "reasoningContent",
            "cachePoint", "video", "guardContent"}
 _INFERENCE = {"maxTokens", "temperature", "topP", "stopSequences"}
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+class ValueRefused(AwsError):
+    """A value Bedrock refuses inside a well-shaped request (a tool's name, a text that is
+    no string): what a client's own bad value becomes, as opposed to a wrong shape."""
 
 
 def _invalid(message: str) -> AwsError:
     return AwsError(400, "ValidationException", message)
+
+
+def _refused(message: str) -> ValueRefused:
+    return ValueRefused(400, "ValidationException", message)
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _refused(f"{where}: expected a string")
+    return value
 
 
 def _mark(blocks: list[dict[str, Any]], where: str) -> None:
@@ -48,14 +65,15 @@ def _mark(blocks: list[dict[str, Any]], where: str) -> None:
 
 def _block(block: dict[str, Any]) -> dict[str, Any]:
     if "text" in block:
-        return {"type": "text", "text": block["text"]}
+        return {"type": "text", "text": _text(block["text"], "text")}
     if "toolUse" in block:
         use = block["toolUse"]
         return {"type": "tool_use", "id": use["toolUseId"], "name": use["name"],
                 "input": use.get("input", {})}
     if "toolResult" in block:
         result = block["toolResult"]
-        texts = [c.get("text", "") for c in result.get("content", []) if isinstance(c, dict)]
+        texts = [_text(c.get("text", ""), "toolResult.content.text")
+                 for c in result.get("content", []) if isinstance(c, dict)]
         return {"type": "tool_result", "tool_use_id": result["toolUseId"],
                 "content": " ".join(texts)}
     if "reasoningContent" in block:
@@ -108,6 +126,9 @@ def as_messages(model: str, data: dict[str, Any]) -> dict[str, Any]:
                 _mark(tools, f"toolConfig.tools.{i}")
                 continue
             spec = tool["toolSpec"]
+            if not isinstance(spec.get("name"), str) or not _TOOL_NAME.fullmatch(spec["name"]):
+                raise _refused(f"toolConfig.tools.{i}.toolSpec.name: must match "
+                               "[a-zA-Z0-9_-]{1,64}")
             tools.append({"name": spec["name"], "description": spec.get("description", ""),
                           "input_schema": spec["inputSchema"]["json"]})
         body["tools"] = tools
@@ -141,7 +162,9 @@ def _answer_of(sims: CacheSims | None, model: str, data: dict[str, Any],
     stop = message["stop_reason"]
     forced = ((data.get("toolConfig") or {}).get("toolChoice") or {}).get("tool")
     if forced:  # a forced tool: called with an instance of its schema
-        tool = next(t for t in body["tools"] if t["name"] == forced["name"])
+        tool = next((t for t in body["tools"] if t["name"] == forced.get("name")), None)
+        if tool is None:
+            raise _refused("toolConfig.toolChoice.tool.name: not one of the tools")
         content = [{"toolUse": {"toolUseId": "tooluse_fake1", "name": tool["name"],
                                 "input": json_instance(tool["input_schema"])}}]
         stop = "tool_use"

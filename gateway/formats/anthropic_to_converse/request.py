@@ -17,7 +17,8 @@ first-party API's own): ``metadata``, ``service_tier``, ``output_config.effort``
 ``context_management``, ``disable_parallel_tool_use``, ``thinking`` for a model that is
 not Claude. Refused (400 naming it): an image or document by URL or file id, server tools
 (``web_search``...), a system-role message inside ``messages``, a structured output with
-tools beside it, ``container`` and ``mcp_servers``.
+tools beside it, tool calls or results in ``messages`` with no ``tools`` (Converse needs
+them declared), ``container`` and ``mcp_servers``.
 """
 
 from __future__ import annotations
@@ -187,6 +188,10 @@ def converse_request(body: dict[str, Any], model: str) -> dict[str, Any]:
     tools = _tools(body)
     if tools:
         out["toolConfig"] = tools
+    elif any("toolUse" in b or "toolResult" in b for m in out["messages"] for b in m["content"]):
+        # Bedrock's ValidationException, said before sending: the tools must be declared
+        raise _bad("tool calls or results in messages without tools: Converse needs the "
+                   "conversation's tools declared", "invalid_value")
     extra: dict[str, Any] = {}
     if body.get("top_k") is not None:
         extra["top_k"] = body["top_k"]

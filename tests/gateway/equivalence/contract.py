@@ -29,6 +29,13 @@ assistant message; the system prompt never, ``compression.system`` being off) ma
 compressed on the terms of :mod:`~tests.gateway.equivalence.compressed`; none at or before
 a client's ``cache_control`` marker. Stages cache, rate_limit and admission change nothing.
 
+Bedrock's InvokeModel (:attr:`Allowed.bedrock`; what it received read back as a Messages
+body, :mod:`~tests.gateway.equivalence.bedrock_wire`):
+
+- B1 the client's ``metadata`` and ``service_tier`` (the first-party API's own, which
+  Bedrock refuses as unknown keys) are not sent, nor a ``stream`` other than ``true`` (the
+  path says whether it streams).
+
 Between APIs the request is translated, so nothing is compared for equality; but a
 Responses request's tools keep T1 (:mod:`~tests.gateway.equivalence.responses_rules`):
 
@@ -61,6 +68,11 @@ def check(api: str, client: dict[str, Any], upstream: Any, allowed: Allowed) -> 
     if not isinstance(upstream, dict):
         return Verdict(f"$: the upstream received {shorten(upstream)}, not a JSON object")
     c, u = _copy(client), _copy(upstream)
+    if allowed.bedrock:  # B1
+        for key in ("metadata", "service_tier"):
+            c.pop(key, None)
+        if c.get("stream", True) is not True:
+            del c["stream"]
     verdict = Verdict()
     try:
         error = _model(c, u, allowed) or (openai(c, u, allowed, verdict) if api == "openai"

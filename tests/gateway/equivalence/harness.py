@@ -6,7 +6,11 @@ each API and upstream type, and ``gpt-native``,
 whose upstream serves ``/v1/responses`` itself, so that a request can take every direction
 (:data:`tests.gateway.equivalence.runner.DIRECTIONS`); ``gpt-azure`` (Azure's v1 form, its
 Responses native) and ``gpt-azure-dep`` (its deployments form) reach the OpenAI recorder
-through ``azure_openai`` upstreams and a FakeAzure in front of it (which checks their key). The default policy's gateway is
+through ``azure_openai`` upstreams and a FakeAzure in front of it (which checks their key);
+``claude-bedrock`` (InvokeModel, the Messages body) and ``nova`` (Converse) reach a FakeBedrock
+recorder through ``bedrock`` upstreams signing with the AWS key :func:`aws_env` gives the
+gateway (read as the runner reads it: :mod:`~tests.gateway.equivalence.bedrock_wire`). The
+default policy's gateway is
 ``gateway serve`` in a process of its own, so it runs beside the client and the checks
 instead of sharing their GIL; the every-stage one, which takes a deterministic embedding
 function, runs in a thread as ``tests/conftest.py``'s ``make_gateway`` builds them.
@@ -35,17 +39,19 @@ from gateway.compression.tokens import o200k
 from gateway.config import load_config
 from gateway.testing.fake_anthropic import FakeAnthropic
 from gateway.testing.fake_azure import FakeAzure
+from gateway.testing.fake_bedrock import FakeBedrock
 from gateway.testing.fake_gemini import FakeGoogle
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.google_tokens import TokenIssuer
 from gateway.testing.server import ServerThread
 from gateway.upstreams.ports import free_port
 from tests.conftest import wait_until_ready
+from tests.gateway.equivalence.bedrock_wire import AnthropicRecords, ConverseRecords, Recording
 from tests.gateway.equivalence.contract import Allowed
 from tests.gateway.equivalence.evidence import Evidence
 from tests.gateway.routing.test_routing import DIM, tiny_artifact
 
-__all__ = ["DEFAULT", "MODELS", "ROUTERS", "Gateway", "artifact", "every_stage",
+__all__ = ["DEFAULT", "MODELS", "ROUTERS", "Gateway", "artifact", "aws_env", "every_stage",
            "hashed_embed", "start_gateway", "start_recorders"]
 
 KEY_ENV = "GATEWAY_TEST_EQUIVALENCE_KEY"
@@ -63,7 +69,13 @@ MODELS = {"gpt": ("eq-openai", "gpt-upstream"), "gpt-mini": ("eq-openai", "gpt-m
           # Google: the Gemini API (its key), Vertex AI's Claude and Gemini (OAuth tokens)
           "gemini": ("eq-gemini", "gemini-upstream"),
           "claude-vertex": ("eq-vertex-claude", "claude-vertex-upstream"),
-          "gemini-vertex": ("eq-vertex-gemini", "gemini-vertex-upstream")}
+          "gemini-vertex": ("eq-vertex-gemini", "gemini-vertex-upstream"),
+          # Amazon Bedrock: Claude through InvokeModel (a cross-region profile id, its ":"
+          # percent-encoded in the path), any model through Converse (prompt caching on)
+          "claude-bedrock": ("eq-bedrock", "us.anthropic.claude-eq-v1:0"),
+          "nova": ("eq-bedrock-converse", "amazon.nova-eq-v1:0")}
+#: The AWS variables the gateway must not see (botocore's chain would take them first).
+AWS_UNSET = ("AWS_SESSION_TOKEN", "AWS_PROFILE")
 #: router name -> its two tiers' models (same API, so nothing is translated)
 ROUTERS = {"auto-gpt": ("gpt-mini", "gpt"), "auto-claude": ("claude-haiku", "claude")}
 
@@ -101,8 +113,17 @@ min_tokens = 256
 {tiers}{routers}"""
 
 
+def aws_env(fake: FakeBedrock, tmp: Path) -> dict[str, str]:
+    """The environment botocore's chain reads for the gateway's ``bedrock`` upstreams: the
+    fake's key and region, no shared files, no instance metadata."""
+    return {"AWS_ACCESS_KEY_ID": fake.access_key, "AWS_SECRET_ACCESS_KEY": fake.secret_key,
+            "AWS_REGION": fake.region, "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials"),
+            "AWS_EC2_METADATA_DISABLED": "true"}
+
+
 def _config(openai_url: str, claude_url: str, azure_url: str, google_url: str,
-            key_file: Path, cache: bool) -> str:
+            bedrock_url: str, key_file: Path, cache: bool) -> str:
     models = "".join(f'[models."{name}"]\ntargets = [{{ upstream = "{up}", model = "{model}" }}]\n'
                      for name, (up, model) in MODELS.items())
     return f"""
@@ -155,6 +176,15 @@ type = "vertex"
 base_url = "{google_url}"
 google = {{ project = "fake-project", publisher = "google", credentials_file = "{key_file}" }}
 
+[upstreams.eq-bedrock]
+type = "bedrock"
+base_url = "{bedrock_url}"
+
+[upstreams.eq-bedrock-converse]
+type = "bedrock"
+base_url = "{bedrock_url}"
+bedrock = {{ api = "converse" }}
+
 {models}
 [cache]
 enabled = {"true" if cache else "false"}
@@ -182,9 +212,10 @@ class GatewayProcess:
     def __init__(self, config: Path, env: dict[str, str]) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
+        inherited = {k: v for k, v in os.environ.items() if k not in AWS_UNSET}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port",
-             str(port)], env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+             str(port)], env={**inherited, **env}, stdout=subprocess.DEVNULL)
         try:
             wait_until_ready(self.url, self.process)
         except BaseException:
@@ -206,7 +237,8 @@ class Gateway:
     ``every``: the every-stage policy (routers, compression...), else the default one."""
 
     url: str
-    recorders: dict[str, FakeUpstream]
+    #: by the API they record (``bedrock``: the fake Bedrock's requests as they came)
+    recorders: dict[str, Recording]
     every: bool
     server: ServerThread | GatewayProcess
     evidence: Evidence = field(default_factory=Evidence)
@@ -220,8 +252,9 @@ class Gateway:
     def allowed(self, model: Any, changing: frozenset[str] = frozenset()) -> Allowed:
         """G1 and route: the upstream models a request for ``model`` may reach."""
         names = ROUTERS.get(model, (model,)) if isinstance(model, str) else ()
-        return Allowed(frozenset(MODELS[n][1] for n in names if n in MODELS), self.every,
-                       changing)
+        known = [MODELS[n] for n in names if n in MODELS]
+        return Allowed(frozenset(m for _, m in known), self.every, changing,
+                       bedrock=any(up == "eq-bedrock" for up, _ in known))
 
 
 def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstream, str]],
@@ -238,18 +271,26 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
     google = recorders["google"][0]
     assert isinstance(google, FakeGoogle) and google.issuer is not None
     (tmp / "service-account.json").write_bytes(orjson.dumps(google.issuer.account))
+    bedrock = recorders["bedrock"][0]
+    assert isinstance(bedrock, FakeBedrock)
     (tmp / "gateway.toml").write_text(
         _config(recorders["openai"][1], recorders["anthropic"][1], recorders["azure"][1],
-                recorders["google"][1], tmp / "service-account.json", cache=every))
-    # (the Azure fake records into the OpenAI recorder)
-    recording = {api: fake for api, (fake, _) in recorders.items() if api != "azure"}
+                recorders["google"][1], recorders["bedrock"][1], tmp / "service-account.json",
+                cache=every))
+    # (the Azure fake records into the OpenAI recorder; InvokeModel's read back as Messages)
+    recording: dict[str, Recording] = {
+        api: fake for api, (fake, _) in recorders.items() if api != "azure"}
+    recording["anthropic"] = AnthropicRecords(recorders["anthropic"][0], bedrock)
+    recording["converse"] = ConverseRecords(bedrock)
+    env = {KEY_ENV: UPSTREAM_KEY, AZURE_KEY_ENV: AZURE_KEY, **aws_env(bedrock, tmp)}
     if not every:
-        process = GatewayProcess(tmp / "gateway.toml",
-                                 {KEY_ENV: UPSTREAM_KEY, AZURE_KEY_ENV: AZURE_KEY})
+        process = GatewayProcess(tmp / "gateway.toml", env)
         return Gateway(process.url, recording, every, process)
-    with pytest.MonkeyPatch.context() as mp:  # the upstreams read their key as they start
-        mp.setenv(KEY_ENV, UPSTREAM_KEY)
-        mp.setenv(AZURE_KEY_ENV, AZURE_KEY)
+    with pytest.MonkeyPatch.context() as mp:  # the upstreams read their keys as they start
+        for name, value in env.items():
+            mp.setenv(name, value)
+        for name in AWS_UNSET:
+            mp.delenv(name, raising=False)
         app = create_app(load_config(tmp / "gateway.toml"), request_sink=lambda record: None,
                          watch_policy=False, embed=hashed_embed)
         server = ServerThread(app).start()
@@ -257,11 +298,13 @@ def start_gateway(tmp: Path, policy: str, recorders: dict[str, tuple[FakeUpstrea
 
 
 def start_recorders() -> dict[str, tuple[FakeUpstream, ServerThread]]:
-    """The recording fakes by API, and ``azure``: a FakeAzure in front of the OpenAI one."""
+    """The recording fakes by API (``bedrock``: InvokeModel's and Converse's), and
+    ``azure``: a FakeAzure in front of the OpenAI one."""
     out: dict[str, tuple[FakeUpstream, ServerThread]] = {}
     for api, fake in (("openai", FakeUpstream()), ("anthropic",
                                                    FakeAnthropic(api_key=UPSTREAM_KEY)),
-                      ("google", FakeGoogle(gemini_key=UPSTREAM_KEY))):
+                      ("google", FakeGoogle(gemini_key=UPSTREAM_KEY)),
+                      ("bedrock", FakeBedrock())):
         out[api] = (fake, ServerThread(fake).start())
     openai = out["openai"][0]
     out["azure"] = (openai, ServerThread(FakeAzure(api_key=AZURE_KEY, inner=openai)).start())

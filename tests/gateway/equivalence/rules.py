@@ -20,11 +20,13 @@ __all__ = ["Allowed", "Text", "Verdict", "canonical", "compressed", "current_tur
 class Allowed:
     """What this request may see changed: ``models``, the upstream model names its
     ``model`` may become; ``compress``, whether the compress stage is on; ``changing``,
-    system prompt lines the traffic showed to change (P4 (b))."""
+    system prompt lines the traffic showed to change (P4 (b)); ``bedrock``, whether the
+    model's upstream is Bedrock's InvokeModel (B1)."""
 
     models: frozenset[str]
     compress: bool = False
     changing: frozenset[str] = frozenset()
+    bedrock: bool = False
 
 
 @dataclass

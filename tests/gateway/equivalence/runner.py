@@ -22,6 +22,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.testing.fake_bedrock import FakeBedrock
+from tests.gateway.equivalence.bedrock_wire import converse_as_messages, wire_error
 from tests.gateway.equivalence.contract import check, responses_tools
 from tests.gateway.equivalence.corpus import Item, anthropic_body
 from tests.gateway.equivalence.harness import ROUTERS, Gateway
@@ -40,8 +42,8 @@ class Direction:
     ``responses``; ``count_tokens``: an Anthropic client counting tokens) asking ``model``
     (:data:`harness.MODELS`), whose upstream speaks ``upstream`` (``openai`` chat,
     ``anthropic``, ``responses`` natively, ``gemini``; ``vertex-claude``, ``vertex-gemini``:
-    Vertex AI's; ``estimate``: nothing, the gateway counts); ``via``: the upstream's type where
-    it is not the API's own (``azure_openai``)."""
+    Vertex AI's; ``converse``: Bedrock's; ``estimate``: nothing, the gateway counts); ``via``:
+    the upstream's type where it is not the API's own (``azure_openai``, ``bedrock``)."""
 
     api: str
     model: str
@@ -70,7 +72,14 @@ DIRECTIONS = tuple(Direction(*d) for d in (
     ("responses", "gpt-azure", "responses", "azure_openai"),
     ("openai", "gemini", "gemini"), ("anthropic", "gemini", "gemini"),
     ("responses", "gemini", "gemini"), ("anthropic", "claude-vertex", "vertex-claude"),
-    ("openai", "gemini-vertex", "vertex-gemini")))
+    ("openai", "gemini-vertex", "vertex-gemini"),
+    # bedrock upstreams: InvokeModel (the Messages body, read back for the contract) and
+    # Converse (translated from each client API)
+    ("openai", "claude-bedrock", "anthropic", "bedrock"),
+    ("anthropic", "claude-bedrock", "anthropic", "bedrock"),
+    ("responses", "claude-bedrock", "anthropic", "bedrock"),
+    ("openai", "nova", "converse"), ("anthropic", "nova", "converse"),
+    ("responses", "nova", "converse")))
 
 
 def requests_for(items: Iterable[Item], api: str, *, routed_every: int = 0,
@@ -239,6 +248,10 @@ def _judge(gw: Gateway, request: Request, answer: Answer, found: dict[str, Any],
     if status == 0:
         tally.failures.append(f"{where}: no answer ({answer.text})")
         return
+    bedrock = gw.recorders.get("bedrock")  # its signature and wire shape, whatever the answer
+    if isinstance(bedrock, FakeBedrock) and (why := wire_error(bedrock, found.get("bedrock"))):
+        tally.failures.append(f"{where}: {why}")
+        return
     if UNHANDLED in answer.content:  # a 500, or the error event that ends a stream
         tally.failures.append(f"{where}: status {status}, unhandled: {answer.text[-300:]}")
         return
@@ -318,12 +331,16 @@ def _tools(direction: Direction, client: Any, answer: Answer, found: dict[str, A
     if direction.api != "responses" or not isinstance(client, dict):
         return None
     record, upstream = found.get("anthropic"), "anthropic"
-    if record is None:
+    received = _exact(record.body) if record is not None else None
+    if record is None and (converse := found.get("converse")) is not None:
+        received = converse_as_messages(converse)  # read as Messages: its tools
+    elif record is None:
         record = found.get("openai")
         if record is None:
             return None
         upstream = "responses" if record.path.endswith("/responses") else "openai"
-    return responses_tools(upstream, client, _exact(record.body),
+        received = _exact(record.body)
+    return responses_tools(upstream, client, received,
                            answer.headers.get("x-gateway-dropped-tools"))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.gateway.equivalence.builtin import FAMILY, NOW, builtin_items
 from tests.gateway.equivalence.harness import Gateway
-from tests.gateway.equivalence.runner import APIS, requests_for, run
+from tests.gateway.equivalence.runner import APIS, DIRECTIONS, requests_for, run
 
 ITEMS = builtin_items()
 #: Whole standalone lines a move is allowed for: the agent's clock, the structured prompt's
@@ -41,3 +41,34 @@ def test_the_builtin_corpus_keeps_its_meaning_through_azures_deployments_form(
     assert not tally.failures, tally.report()
     assert tally.compared == tally.sent == len(ITEMS)
     assert set(tally.moved) <= MAY_MOVE, sorted(set(tally.moved) - MAY_MOVE)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_builtin_corpus_keeps_its_meaning_through_bedrock_invoke_model(
+        gateway: Gateway, stream: bool):
+    # Claude on Bedrock (InvokeModel): what it received, read back as a Messages body,
+    # is what an Anthropic upstream would have (B1 aside), signed as Bedrock checks.
+    requests = list(requests_for(ITEMS, "anthropic", stream=stream))
+    for request in requests:
+        request.body["model"] = "claude-bedrock"
+    tally = run(gateway, requests, concurrency=1)
+    assert not tally.failures, tally.report()
+    assert tally.compared == tally.sent == len(ITEMS)
+    assert set(tally.moved) <= MAY_MOVE, sorted(set(tally.moved) - MAY_MOVE)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", APIS)
+def test_the_builtin_corpus_reaches_bedrock_converse_as_valid_requests(
+        gateway: Gateway, api: str, stream: bool):
+    # Translated for Converse: each request as Bedrock would take it (shape, signature),
+    # each answer a 200 of the client's API (a stream ending with its end event).
+    direction = next(d for d in DIRECTIONS if d.api == api and d.upstream == "converse")
+    requests = list(requests_for(ITEMS, api, stream=stream))
+    for request in requests:
+        request.body["model"] = direction.model
+        request.direction = direction  # a namespace per API: the other's answers no hits
+        request.headers["x-gateway-cache-namespace"] = f"converse-{api}-{stream}"
+    tally = run(gateway, requests, concurrency=1)
+    assert not tally.failures, tally.report()
+    assert tally.translated == tally.sent == len(ITEMS)

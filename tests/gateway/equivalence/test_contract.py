@@ -4,10 +4,18 @@ that the checker saw nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import orjson
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
+from gateway.testing.fake_bedrock import FakeBedrock
+from gateway.testing.fake_upstream import Record
+from tests.gateway.equivalence.bedrock_wire import as_messages_record, wire_error
 from tests.gateway.equivalence.builtin import NOW, STRUCTURED
 from tests.gateway.equivalence.contract import Allowed, check, responses_tools
 from tests.gateway.equivalence.lines import enclosed, is_metadata
@@ -227,3 +235,57 @@ def test_t1_a_native_upstream_gets_every_tool_as_it_came():
         "responses", client, {**client, "tools": AGENT_TOOLS[:3]}, None))
     assert "from a native upstream" in str(responses_tools("responses", client, client,
                                                            "web_search"))
+
+
+def invoked(body: dict[str, Any], action: str = "invoke") -> Record:
+    raw = orjson.dumps(body)
+    return Record(f"/model/us.anthropic.claude-x-v1%3A0/{action}", "POST",
+                  {"x-request-id": "equivalence-0"}, raw, body, 0.0)
+
+
+def test_b1_an_invoke_model_body_reads_back_as_the_messages_body_it_was():
+    client = {"model": "claude-bedrock", "max_tokens": 8, "stream": True, "metadata": {
+        "user_id": "u"}, "messages": [{"role": "user", "content": "hi"}]}
+    sent = {"max_tokens": 8, "messages": client["messages"],
+            "anthropic_version": "bedrock-2023-05-31", "anthropic_beta": ["a-1", "b-2"]}
+    back = as_messages_record(invoked(sent, "invoke-with-response-stream"))
+    assert back.path == "/v1/messages" and back.headers["anthropic-beta"] == "a-1,b-2"
+    assert back.json == {"model": "us.anthropic.claude-x-v1:0", "max_tokens": 8,
+                         "messages": client["messages"], "stream": True}
+    bedrock = Allowed(frozenset({"us.anthropic.claude-x-v1:0"}), bedrock=True)
+    assert check("anthropic", client, back.json, bedrock).error is None
+    assert "'metadata' missing upstream" in str(check("anthropic", client, back.json,
+                                                       Allowed(bedrock.models)).error)
+    whole = as_messages_record(invoked(sent)).json  # not streamed, for a streaming client
+    assert "'stream' missing upstream" in str(check("anthropic", client, whole, bedrock).error)
+
+
+def signed(fake: FakeBedrock, path: str, body: Any) -> Record:
+    """A request as the gateway would have sent it, signed with the fake's own key."""
+    raw = orjson.dumps(body)
+    request = AWSRequest(method="POST", url=f"http://bedrock.test{path}", data=raw,
+                         headers={"content-type": "application/json"})
+    SigV4Auth(Credentials(fake.access_key, fake.secret_key), "bedrock",
+              fake.region).add_auth(request)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    return Record(path, "POST", {**headers, "host": "bedrock.test"}, raw, body, 0.0)
+
+
+def test_what_bedrock_would_refuse_whatever_the_client_asked_fails():
+    fake, path = FakeBedrock(), "/model/amazon.nova-x-v1%3A0/converse"
+    ok = {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}
+    assert wire_error(fake, signed(fake, path, ok)) is None
+    assert wire_error(fake, None) is None
+    unsigned = dataclasses.replace(signed(fake, path, ok), headers={"host": "bedrock.test"})
+    assert "MissingAuthenticationToken" in str(wire_error(fake, unsigned))
+    other = signed(FakeBedrock(secret_key="another"), path, ok)
+    assert "InvalidSignature" in str(wire_error(fake, other))
+    tool_use = {"messages": [{"role": "user", "content": [
+        {"toolUse": {"toolUseId": "t", "name": "f", "input": {}}}]}]}
+    assert "toolConfig field must be defined" in str(wire_error(fake, signed(fake, path,
+                                                                             tool_use)))
+    invoke = "/model/us.anthropic.claude-x-v1%3A0/invoke"
+    assert "anthropic_version" in str(wire_error(fake, signed(fake, invoke, {"max_tokens": 1})))
+    # a client's own bad value, sent as it came: Bedrock's 400 is the client's
+    bad_text = {"messages": [{"role": "user", "content": [{"text": None}]}]}
+    assert wire_error(fake, signed(fake, path, bad_text)) is None

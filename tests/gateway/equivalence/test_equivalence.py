@@ -90,3 +90,21 @@ def test_streamed_requests_are_kept_too(gateway: Gateway, source: str):
     sample = list(items(source, STREAMED, STREAMED // 2))
     tally = run(gateway, taking_turns(sample, gateway, stream=True))
     assert_kept(tally, source)
+
+
+#: The Bedrock sample: every k-th item of each source.
+BEDROCK = 20
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_bedrock_invoke_model_keeps_a_sample_of_each_source(default_gateway: Gateway,
+                                                            source: str):
+    # Claude on Bedrock (InvokeModel), every other request streamed: what it received, read
+    # back as a Messages body, is what an Anthropic upstream would have (B1 aside).
+    whole = requests_for(items(source, 2 * BEDROCK), "anthropic")
+    streamed = requests_for(items(source, 2 * BEDROCK, BEDROCK), "anthropic", stream=True)
+    requests = [r for pair in itertools.zip_longest(whole, streamed) for r in pair if r]
+    for request in requests:
+        request.body["model"] = "claude-bedrock"
+    tally = run(default_gateway, requests)
+    assert_kept(tally, source)

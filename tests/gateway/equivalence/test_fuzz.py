@@ -32,7 +32,8 @@ COUNT = int(os.environ.get("GATEWAY_FUZZ_COUNT", "1000"))
 def test_fuzzed_bodies_get_no_server_error_and_keep_the_contract(gateway: Gateway,
                                                                  direction: Direction):
     pairs = seeds(direction.api, direction.model)
-    if direction.api in ROUTER and direction.same and gateway.routed_every:  # some ask the API's router
+    if direction.api in ROUTER and direction.same and not direction.via \
+            and gateway.routed_every:  # some ask the API's router
         pairs = [(name, {**body, "model": ROUTER[direction.api]}
                   if n % gateway.routed_every == 0 else body)
                  for n, (name, body) in enumerate(pairs)]

@@ -98,6 +98,24 @@ def test_an_openai_client_chats_and_streams_through_the_anthropic_bridge(
     assert bedrock.records[1].json["max_tokens"] == 4096  # the policy's default
 
 
+def test_a_responses_client_gets_its_answer_whole_and_streamed_from_invoke_model(
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    response = sdk.gpt().responses.create(model="claude-bedrock", input="Hello",
+                                          instructions="Be brief.")
+    assert response.status == "completed"
+    assert response.output_text == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
+    assert response.usage is not None and response.usage.output_tokens == 8
+    events = list(sdk.gpt().responses.create(model="claude-bedrock", input="Hello",
+                                             stream=True))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert events[-1].type == "response.completed"
+    assert text == events[-1].response.output_text == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
+    whole, streamed = bedrock.records
+    assert whole.path == INVOKE and whole.json["system"] == "Be brief."
+    assert streamed.path.endswith("/invoke-with-response-stream")
+    assert streamed.json["anthropic_version"] == "bedrock-2023-05-31"
+
+
 def test_tools_and_structured_output_from_an_openai_client(
         sdk: Clients, bedrock: FakeBedrock) -> None:
     tools = [{"type": "function", "function": {
