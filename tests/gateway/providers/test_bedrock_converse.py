@@ -157,3 +157,18 @@ def test_what_converse_cannot_take_is_a_400_naming_it(sdk: Clients,
             {"type": "web_search_20250305", "name": "web_search"}])
     assert "web_search" in caught.value.message and "Converse" in caught.value.message
     assert bedrock.records == []
+
+
+def test_a_tool_history_without_its_tools_is_a_400_before_sending(
+        sdk: Clients, bedrock: FakeBedrock) -> None:
+    """Converse refuses tool blocks without a toolConfig; the gateway says so itself rather
+    than declaring placeholder tools the model could call."""
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": [
+                   {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+               {"role": "user", "content": [
+                   {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk.claude().messages.create(model="nova", max_tokens=8, messages=history)
+    assert "without tools" in caught.value.message and "Converse" in caught.value.message
+    assert bedrock.records == []
