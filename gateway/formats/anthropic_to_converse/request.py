@@ -146,7 +146,10 @@ def _tools(body: dict[str, Any]) -> dict[str, Any] | None:
         specs.append({"toolSpec": spec})
         if tool.get("cache_control"):
             specs.append(dict(CACHE_POINT))
-    fmt = (body.get("output_config") or {}).get("format")
+    output = body.get("output_config")
+    if output is not None and not isinstance(output, dict):
+        raise _bad("'output_config' must be an object", "invalid_type")
+    fmt = output.get("format") if output else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         if specs:
             raise _bad("a structured output with tools beside it")
