@@ -281,8 +281,9 @@ def response_object(answer: Answer, id_: str | None = None, *,
     req = body or {}
     return {
         "id": rid, "object": "response", "created_at": int(time.time()), "status": status,
-        "error": None, "incomplete_details": (
-            {"reason": "max_output_tokens"} if status == "incomplete" else None),
+        "error": None, "incomplete_details": ({"reason": "content_filter" if answer.finish_reason
+                                               == "content_filter" else "max_output_tokens"}
+                                              if status == "incomplete" else None),
         "instructions": req.get("instructions"), "model": answer.model,
         "output": output, "parallel_tool_calls": req.get("parallel_tool_calls", True),
         "previous_response_id": req.get("previous_response_id"),

@@ -38,6 +38,7 @@ import orjson
 from gateway.formats.answer import Answer
 from gateway.formats.ids import random_hex
 from gateway.formats.responses import response_object
+from gateway.formats.responses_to_openai.answer import INCOMPLETE
 from gateway.formats.responses_tools import ToolNames, declared_tools
 from gateway.formats.tool_input import InputStream
 from gateway.formats.translator import ChunkTranslator
@@ -210,7 +211,7 @@ class ResponsesStreamFromChat(ChunkTranslator):
     def _end(self) -> bytes:
         out = self._close()  # every other item was closed when the next one opened
         self.done = True
-        if self._finish == "length":
+        if self._finish in INCOMPLETE:
             return out + self._emit("response.incomplete", {"response": self._response(
                 "incomplete")})
         return out + self._emit("response.completed", {"response": self._response(

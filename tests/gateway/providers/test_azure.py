@@ -367,3 +367,23 @@ def test_azure_options_on_another_type_are_refused(tmp_path: Path):
                     'azure = { url_form = "deployments" }\n')
     with pytest.raises(ConfigError, match="azure applies to type 'azure_openai' only"):
         load_config(path)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_filtered_completion_translated_for_a_responses_client_is_incomplete(
+        gw: GatewayServer, stream: bool) -> None:
+    """The deployments form translates Responses to chat: a content-filtered completion is
+    ``incomplete`` with reason ``content_filter``, as OpenAI's Responses API says it."""
+    steer = {"x-fake-content-filter": "completion"}
+    with oclient(gw) as client:
+        if stream:
+            events = list(client.responses.create(model="gpt-azure-dep", input="hi",
+                                                  extra_headers=steer, stream=True))
+            assert events[-1].type == "response.incomplete"
+            response = events[-1].response
+        else:
+            response = client.responses.create(model="gpt-azure-dep", input="hi",
+                                               extra_headers=steer)
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "content_filter"
