@@ -253,14 +253,6 @@ class Gateway:
                 if u.enabled and u.ready
                 and self.dispatcher.guards[name].breaker.state is not State.OPEN]
 
-    def passthrough_upstream(self) -> Upstream | None:
-        """Where /v1/* paths the gateway does not interpret go: the first enabled
-        OpenAI-compatible upstream."""
-        for upstream in self.upstreams.values():
-            if upstream.enabled and upstream.api == "openai":
-                return upstream
-        return None
-
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.drain.attach(self.loop)
