@@ -28,6 +28,7 @@ imports this module.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import re
 import time
@@ -249,11 +250,12 @@ class RequestTrace:
         request carries (:data:`OUTGOING`). A stream's span is handed to its result
         (``result.span``) and ends with the stream (:func:`end_stream`)."""
         tracing, operation = self.tracing, OPERATIONS.get(kind, "chat")
-        first_of_run = [True]
+        first_of_run = True
 
         async def run(upstream: Upstream, target: Target) -> R:
-            reason = _REASON.get() if first_of_run[0] else None
-            first_of_run[0] = False
+            nonlocal first_of_run
+            reason = _REASON.get() if first_of_run else None
+            first_of_run = False
             here = (upstream.name, target.model)
             if reason is None:
                 reason = "first" if self.last is None else \
@@ -305,11 +307,10 @@ class RequestTrace:
         body = ctx.body if ctx is not None else None
         operation = OPERATIONS.get(ctx.kind, "chat") if ctx is not None else "chat"
         attributes = request_attributes(rec, body, operation, self.response_id)
-        output = self.output
         # the provider that answered; the gateway itself for what no upstream did (a hit)
         attributes["gen_ai.provider.name"] = self.provider or "llm_gateway"
         if tracing.config.capture_content and ctx is not None:
-            attributes.update(content_attributes(ctx, output))
+            attributes.update(content_attributes(ctx, self.output))
         context = tracing.in_context(span)
         for name, start, end in self.stages:
             decided = stage_attributes(name, rec)
@@ -325,7 +326,7 @@ class RequestTrace:
         model = rec.model_requested
         span.update_name(f"{operation} {model}" if model else rec.route)
         span.set_attributes(attributes)
-        if rec.status >= 500 or (rec.error_type is not None and rec.status >= 500):
+        if rec.status >= 500:
             from opentelemetry.trace import Status, StatusCode
 
             span.set_status(Status(StatusCode.ERROR, rec.error_type or str(rec.status)))
@@ -346,8 +347,6 @@ def _end(span: Span, outcome: str, error: str | None = None) -> None:
 def _failed(span: Span, exc: BaseException) -> None:
     """An attempt that raised: a first-token deadline, a timeout, an upstream error, or
     cancelled (the hedge it lost, the client gone)."""
-    import asyncio
-
     if isinstance(exc, asyncio.CancelledError):
         _end(span, "cancelled")
     elif isinstance(exc, FirstTokenTimeout):
