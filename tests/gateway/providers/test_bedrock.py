@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from gateway.testing.fake_bedrock import BAD_SIGNATURE, FakeBedrock
-from gateway.testing.server import ServerThread
 from tests.conftest import GatewayServer
 from tests.gateway.providers.bedrock_env import CLAUDE_ID, Clients, aws_env, bedrock_toml
 
@@ -22,19 +21,6 @@ INVOKE = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
 #: A system prompt long enough to cache (about 2,000 tokens).
 RULES = "\n".join(f"Rule {i}: help the traveller with booking change number {i}, politely "
                   "and in full sentences, checking the fare rules first." for i in range(100))
-
-
-@pytest.fixture(scope="module")
-def bedrock_server() -> Iterator[tuple[FakeBedrock, str]]:
-    app = FakeBedrock(simulate_cache=True)
-    with ServerThread(app) as srv:
-        yield app, srv.url
-
-
-@pytest.fixture
-def bedrock(bedrock_server: tuple[FakeBedrock, str]) -> FakeBedrock:
-    bedrock_server[0].clear()
-    return bedrock_server[0]
 
 
 @pytest.fixture

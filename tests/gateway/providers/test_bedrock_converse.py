@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from gateway.testing.fake_bedrock import FakeBedrock
-from gateway.testing.server import ServerThread
 from tests.conftest import GatewayServer
 from tests.gateway.providers.bedrock_env import Clients, aws_env, bedrock_toml
 
@@ -25,19 +24,6 @@ RULES = "\n".join(f"Rule {i}: help the traveller with booking change number {i},
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather.",
     "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def bedrock_server() -> Iterator[tuple[FakeBedrock, str]]:
-    app = FakeBedrock(simulate_cache=True)
-    with ServerThread(app) as srv:
-        yield app, srv.url
-
-
-@pytest.fixture
-def bedrock(bedrock_server: tuple[FakeBedrock, str]) -> FakeBedrock:
-    bedrock_server[0].clear()
-    return bedrock_server[0]
 
 
 @pytest.fixture
