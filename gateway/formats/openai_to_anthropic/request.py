@@ -66,6 +66,7 @@ import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.formats.checks import a_string, an_array, an_object, invalid_type, required
+from gateway.formats.openai_only import NO_EQUIVALENT, never
 from gateway.formats.translator import tool_use_id
 
 __all__ = ["anthropic_request"]
@@ -74,31 +75,15 @@ _UPSTREAM = "an Anthropic upstream"
 _JOIN = "\n\n"  # between system prompts
 
 
-def _never(value: Any) -> bool:
-    return False
-
-
-#: Fields with no Anthropic equivalent: the feature named in the 400, and which values change
-#: nothing (None always changes nothing).
+#: Fields with no Anthropic equivalent: OpenAI's own (gateway.formats.openai_only), and
+#: sampling settings Claude does not take.
 _NO_EQUIVALENT: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "n": ("'n' > 1", lambda v: v == 1),
-    "logprobs": ("'logprobs'", lambda v: v is False),
-    "top_logprobs": ("'top_logprobs'", lambda v: v == 0),
-    "logit_bias": ("'logit_bias'", lambda v: not v),
-    "seed": ("'seed'", _never),
+    **NO_EQUIVALENT,
+    "seed": ("'seed'", never),
     "presence_penalty": ("a non-zero 'presence_penalty'", lambda v: v == 0),
     "frequency_penalty": ("a non-zero 'frequency_penalty'", lambda v: v == 0),
-    "audio": ("audio output ('audio')", _never),
-    "modalities": ("audio output ('modalities')",
-                   lambda v: isinstance(v, list) and "audio" not in v),
-    "prediction": ("predicted outputs ('prediction')", _never),
     "reasoning_effort": ("'reasoning_effort' (use POST /v1/messages with 'thinking')",
-                         _never),
-    "web_search_options": ("'web_search_options'", _never),
-    "moderation": ("'moderation'", _never),
-    "verbosity": ("'verbosity' other than \"medium\"", lambda v: v == "medium"),
-    "functions": ("legacy 'functions' (use 'tools')", _never),
-    "function_call": ("legacy 'function_call' (use 'tool_choice')", _never),
+                         never),
 }
 _DROPPED = frozenset({"model", "stream_options", "store", "service_tier", "prompt_cache_key",
                       "prompt_cache_options", "prompt_cache_retention", "metadata"})
@@ -126,9 +111,9 @@ def anthropic_request(body: dict[str, Any], model: str,
     for key, value in body.items():
         if value is None or key in _DROPPED or key in _MAPPED:
             continue
-        feature, harmless = _NO_EQUIVALENT.get(key, (f"'{key}'", _never))
+        feature, harmless = _NO_EQUIVALENT.get(key, (f"'{key}'", never))
         if not harmless(value):
-            code = "unsupported_parameter" if harmless is _never else "unsupported_value"
+            code = "unsupported_parameter" if harmless is never else "unsupported_value"
             raise _unsupported(feature, key, code)
     system, messages = _messages(body["messages"])
     max_tokens = body.get("max_completion_tokens")

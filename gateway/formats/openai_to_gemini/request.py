@@ -47,40 +47,18 @@ https://platform.openai.com/docs/api-reference/chat
 from __future__ import annotations
 
 import mimetypes
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.formats.checks import a_string, an_array, an_object, required
+from gateway.formats.openai_only import NO_EQUIVALENT, never
 from gateway.formats.openai_to_gemini.schema import gemini_schema
 
 __all__ = ["gemini_request"]
 
 _UPSTREAM = "a Gemini upstream"
-
-
-def _never(value: Any) -> bool:
-    return False
-
-
-_NO_EQUIVALENT: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "n": ("'n' > 1", lambda v: v == 1),
-    "logprobs": ("'logprobs'", lambda v: v is False),
-    "top_logprobs": ("'top_logprobs'", lambda v: v == 0),
-    "logit_bias": ("'logit_bias'", lambda v: not v),
-    "audio": ("audio output ('audio')", _never),
-    "modalities": ("audio output ('modalities')",
-                   lambda v: isinstance(v, list) and "audio" not in v),
-    "prediction": ("predicted outputs ('prediction')", _never),
-    "reasoning_effort": ("'reasoning_effort'", _never),
-    "web_search_options": ("'web_search_options'", _never),
-    "moderation": ("'moderation'", _never),
-    "verbosity": ("'verbosity' other than \"medium\"", lambda v: v == "medium"),
-    "functions": ("legacy 'functions' (use 'tools')", _never),
-    "function_call": ("legacy 'function_call' (use 'tool_choice')", _never),
-}
 _DROPPED = frozenset({"model", "stream", "stream_options", "parallel_tool_calls", "user",
                       "safety_identifier", "store", "metadata", "service_tier",
                       "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options"})
@@ -104,9 +82,9 @@ def gemini_request(body: dict[str, Any], model: str) -> dict[str, Any]:
     for key, value in body.items():
         if value is None or key in _DROPPED or key in _MAPPED:
             continue
-        feature, harmless = _NO_EQUIVALENT.get(key, (f"'{key}'", _never))
+        feature, harmless = NO_EQUIVALENT.get(key, (f"'{key}'", never))
         if not harmless(value):
-            code = "unsupported_parameter" if harmless is _never else "unsupported_value"
+            code = "unsupported_parameter" if harmless is never else "unsupported_value"
             raise _unsupported(feature, key, code)
     system, contents = _contents(an_array(body.get("messages"), "messages"))
     out: dict[str, Any] = {"model": model}
