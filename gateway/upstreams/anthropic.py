@@ -25,13 +25,10 @@ MESSAGES_PATH = "/v1/messages"
 class AnthropicUpstream(OpenAIUpstream):
     api = "anthropic"
     provider = "anthropic"
+    key_header, key_prefix = "x-api-key", ""
 
     def __init__(self, name: str, config: UpstreamConfig):
         super().__init__(name, config)
-        self._headers.pop("authorization", None)
-        key = config.api_key
-        if key:
-            self._headers["x-api-key"] = key
         self._version = config.anthropic_version
         self._beta = ",".join(config.beta)
 

@@ -105,14 +105,11 @@ class AzureOpenAIUpstream(OpenAIUpstream):
 
     api = "openai"
     provider = "azure.ai.openai"
+    key_header, key_prefix = "api-key", ""
 
     def __init__(self, name: str, config: UpstreamConfig):
         super().__init__(name, config)
         options = config.azure
-        self._headers.pop("authorization", None)  # (OpenAIUpstream's bearer: not Azure's)
-        key = config.api_key
-        if key:
-            self._headers["api-key"] = key
         root = config.base_url.rstrip("/") + "/openai"
         self._deployments = options.url_form == "deployments"
         self.base_url = root + ("/deployments" if self._deployments else "/v1")

@@ -99,13 +99,10 @@ class GeminiUpstream(OpenAIUpstream):
 
     api = "gemini"
     provider = "gcp.gemini"
+    key_header, key_prefix = "x-goog-api-key", ""
 
     def __init__(self, name: str, config: UpstreamConfig):
         super().__init__(name, config)
-        self._headers.pop("authorization", None)
-        key = config.api_key
-        if key:
-            self._headers["x-goog-api-key"] = key
         self._models = f"/{config.google.api_version or 'v1beta'}/models/"
 
     async def stream(self, request: UpstreamRequest) -> UpstreamResponse:
@@ -122,7 +119,6 @@ class VertexUpstream(OpenAIUpstream):
 
     def __init__(self, name: str, config: UpstreamConfig):
         super().__init__(name, config)
-        self._headers.pop("authorization", None)
         options = config.google
         self.api = "anthropic" if options.publisher == "anthropic" else "gemini"
         self._tokens = GoogleTokens(credentials_file(options.credentials_file,

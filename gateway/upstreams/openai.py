@@ -172,6 +172,9 @@ class _AiohttpResponse(UpstreamResponse):
 
 class OpenAIUpstream(Upstream):
     api = "openai"
+    #: The header its key (``api_key_env``) is sent in, after ``key_prefix``.
+    key_header = "authorization"
+    key_prefix = "Bearer "
 
     def __init__(self, name: str, config: UpstreamConfig):
         self.name = name
@@ -182,7 +185,7 @@ class OpenAIUpstream(Upstream):
         self._forward = HeaderAllow(config.forward_headers)
         key = config.api_key
         if key:
-            self._headers["authorization"] = f"Bearer {key}"
+            self._headers[self.key_header] = self.key_prefix + key
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=config.connect_timeout_ms / 1000,
