@@ -24,10 +24,11 @@ import pytest
 from gateway.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
 from gateway.testing.server import ServerThread
 from local_engine.async_engine import AsyncEngine
-from local_engine.engine import Engine, Output
+from local_engine.engine import Engine
 from local_engine.server import EngineServer, build_app
 from local_engine.speculative import SpecConfig
 from local_engine.tracing import make_tracer
+from tests.local_engine.test_server import FailingEngine
 
 PARENT_ID = "00f067aa0ba902b7"
 
@@ -198,18 +199,6 @@ def test_scoring_and_a_refused_prompt_get_server_spans(traced: Traced) -> None:
     refused = spans["chat tiny"]
     assert refused.status == "error"
     assert refused.attributes["error.type"] == "PromptTooLong"
-
-
-class FailingEngine(Engine):
-    """Runs its first step, then fails every later one, as a model error mid-stream would."""
-
-    steps = 0
-
-    def step(self) -> list[Output]:
-        self.steps += 1
-        if self.steps > 1:
-            raise RuntimeError("device lost")
-        return super().step()
 
 
 def test_an_engine_failure_marks_the_span_as_an_error(
