@@ -39,7 +39,7 @@ test: $(STAMP)
 
 # The fuzz harness at its full count (issue 45): 5,000 mutated bodies per direction and
 # policy, 10,000 per direction, over every client API and translation direction
-# (tests/gateway/equivalence/test_fuzz.py; `make test` runs 1,000 per direction and policy, 300 through a cloud provider).
+# (tests/gateway/equivalence/test_fuzz.py; `make test` runs 500 per direction and policy, 200 through a cloud provider).
 fuzz: $(STAMP)
 	GATEWAY_FUZZ_COUNT=5000 $(PY) -m pytest -q tests/gateway/equivalence/test_fuzz.py
 
