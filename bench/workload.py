@@ -2,7 +2,8 @@
 on) and LiteLLM, side by side in one run, against a provider simulator.
 
     python bench/workload.py [--n 600] [--seed 47] [--paths direct,default,every,litellm]
-                             [--ablate [STAGE,...]] [--repeat N] [--baseline-rev REV] [--json FILE]
+                             [--ablate [STAGE,...]] [--ablate-default [STAGE,...]]
+                             [--repeat N] [--baseline-rev REV] [--json FILE]
                              [--faults issue48] (and path ``continue``: CONTINUE_POLICY)
                              [--policy NAME=TOML]... (path NAME: the default policy + TOML)
 
@@ -18,7 +19,8 @@ on) and LiteLLM, side by side in one run, against a provider simulator.
   response cache on as ``gateway.example.toml`` ships it, the default policy), ``every``
   (every stage on: compression, routing by difficulty with the models opted in), ``litellm``
   (``bench/litellm_proxy.py``: its proxy as its docs recommend). ``--ablate``: the every-stage
-  policy again with one stage off at a time.
+  policy again with one stage off at a time; ``--ablate-default``: the default policy so,
+  each stage it runs (DEFAULT_ON).
 
 Per path: client TTFT p50/p95/p99 and E2E p50/p99 (measured requests), outcomes by kind,
 billed cost (the simulator's, measured window), cache hits by layer (the gateway's log; a
@@ -105,6 +107,9 @@ models = ["{strong}"]
 
 #: --ablate: the every-stage policy with one stage left out of the pipeline.
 STAGES = ("rate_limit", "cache", "coalesce", "route", "compress", "prompt_cache", "admission")
+#: --ablate-default: the stages that do work under the default policy (no rate limit is set;
+#: routing and compression are off), each left out of the default pipeline in turn.
+DEFAULT_ON = ("cache", "coalesce", "prompt_cache", "admission")
 
 
 #: Tokens per minute of the simulated account: gpt-4o's and Sonnet's input limits at usage
@@ -298,6 +303,8 @@ def main() -> int:
     ap.add_argument("--paths", default="direct,default,every,litellm")
     ap.add_argument("--ablate", nargs="?", const=",".join(STAGES), default="",
                     help="every-stage runs, one stage off at a time (all, or these stages)")
+    ap.add_argument("--ablate-default", nargs="?", const=",".join(DEFAULT_ON), default="",
+                    help="default-policy runs, one default-on stage off at a time")
     ap.add_argument("--faults", choices=sorted(FAULTS), help="the simulator's faults so")
     ap.add_argument("--speed", type=float, default=1.0, help="arrival-time compression")
     ap.add_argument("--json", type=Path, help="write the full results here")
@@ -316,12 +323,14 @@ def main() -> int:
         if not name or not file:
             ap.error(f"--policy: NAME=TOML, not {spec!r}")
         paths.append((name, DEFAULT_POLICY + Path(file).read_text()))
-    for stage in filter(None, args.ablate.split(",")):
-        if stage not in STAGES:
-            ap.error(f"--ablate: unknown stage {stage!r}; one of {', '.join(STAGES)}")
-        kept = [s for s in STAGES if s != stage]
-        policy = EVERY_POLICY + f"\n[pipeline]\nstages = {json.dumps(kept)}\n"
-        paths.append((f"every-no-{stage}", policy))
+    for base, policy, stages in (("every", EVERY_POLICY, args.ablate),
+                                 ("default", DEFAULT_POLICY, args.ablate_default)):
+        for stage in filter(None, stages.split(",")):
+            if stage not in STAGES:
+                ap.error(f"--ablate: unknown stage {stage!r}; one of {', '.join(STAGES)}")
+            kept = [s for s in STAGES if s != stage]
+            paths.append((f"{base}-no-{stage}",
+                          policy + f"\n[pipeline]\nstages = {json.dumps(kept)}\n"))
 
     work = Path(tempfile.mkdtemp(prefix="workload-"))
     sources = {name: ROOT for name, _ in paths}
@@ -388,17 +397,16 @@ def run_round(paths: list[tuple[str, str | None]], mix: list[Any], mix_params: A
         summary["lossy"] = lossy_quality(run, by_id)
         summary["provider"] = provider_time(run, by_id)
         report["paths"][run["name"]] = summary
-    every_run = report["paths"].get("every")
-    if every_run and direct is not None:  # each stage's share: what leaving it out gives back
-        shares = {}
-        for name, s in report["paths"].items():
-            if name.startswith("every-no-"):
-                shares[name[len("every-no-"):]] = {
-                    k: round(s.get(k, 0) - every_run.get(k, 0), 1) if k != "cost_usd" else
-                    round(s["cost_usd"] - every_run["cost_usd"], 4)
-                    for k in ("ttft_p50", "ttft_p95", "cost_usd", "cpu_s")
-                    if s.get(k) is not None and every_run.get(k) is not None}
-        report["stage_shares"] = shares
+    shares = {}  # each stage's share: what leaving it out of "every" or "default" gives back
+    for name, s in report["paths"].items():
+        base, _, stage = name.partition("-no-")
+        whole = report["paths"].get(base) if stage else None
+        if whole:
+            shares[f"{base} without {stage}"] = {
+                k: round(s[k] - whole[k], 4 if k == "cost_usd" else 1)
+                for k in ("ttft_p50", "ttft_p95", "cost_usd", "cpu_s")
+                if s.get(k) is not None and whole.get(k) is not None}
+    report["stage_shares"] = shares
     for run in runs:  # the raw runs stay for pooling; what only a round's report needs goes
         run.pop("_recorded", None)
     return report, runs

@@ -329,9 +329,9 @@ def print_report(report: dict[str, Any]) -> None:
             print(f"{name}: TTFT p50 were the proxy free {own['floor_ttft_p50']:.0f} ms (the "
                   f"provider's own time for what it was sent; 0 for hits), the proxy's median "
                   f"addition {own['added_ttft_p50'] or 0:.1f} ms")
-    for stage, delta in report.get("stage_shares", {}).items():
-        print(f"every without {stage}: " + ", ".join(
-            f"{k} {v:+}" for k, v in delta.items()) + " (against every; + = it helped)")
+    for without, delta in report.get("stage_shares", {}).items():
+        print(f"{without}: " + ", ".join(f"{k} {v:+}" for k, v in delta.items())
+              + f" (against {without.split()[0]}; + = it helped)")
 
 
 def print_table(paths: dict[str, dict[str, Any]]) -> None:
