@@ -32,7 +32,10 @@ The model (defaults and their public sources in :mod:`bench.provider_sim_params`
   rest given back when the answer ends). Over a limit: 429 with ``retry-after`` (s; OpenAI
   also ``retry-after-ms``). Simplification: the prompt cache is read and written before
   admission, so a refused request still warms it.
-- Faults, shares of admitted requests drawn from a seeded RNG: 500; overloaded (Anthropic
+- Draws (fault, TTFT noise and tail, pace) per request, seeded by the seed, what the request
+  says and how many times it came before (``Engine._draws``): every path of a run draws the
+  same for the same request, whatever its proxy served itself; a retry draws anew.
+- Faults, shares of admitted requests: 500; overloaded (Anthropic
   529 ``overloaded_error``, OpenAI 503); stalls (TTFT x stall_factor, or a pause of
   stall_pause_ms mid-stream); cut streams (the connection dropped after k tokens, no terminal
   event; billed for the tokens sent).

@@ -137,8 +137,9 @@ class Engine:
         self.reset(params.seed)
 
     def reset(self, seed: int) -> None:
-        """Clears caches, limits and the RNG (seeded ``seed``)."""
-        self.seed, self.rng = seed, random.Random(seed)
+        """Clears caches, limits and the draws (seeded ``seed``)."""
+        self.seed = seed
+        self._seen: dict[bytes, int] = {}  # request content -> times it came
         self._openai: dict[str, OverflowOpenAICache] = {}
         self._anthropic: dict[str, AnthropicCache] = {}
         self._buckets: dict[tuple[str, str, str], _Bucket] = {}
@@ -174,7 +175,8 @@ class Engine:
             uncached = usage["input_tokens"] + usage["cache_creation_input_tokens"]
             prompt, extra = uncached + cached, usage
             self._admit(key, model, now, requests=1, itpm=uncached, otpm=max_tokens)
-        roll = self.rng.random()
+        rng = self._draws(body)
+        roll = rng.random()
         if roll < p.fault_500:
             raise SimError(500, "api_error", "Internal server error", "500")
         if roll < p.fault_500 + p.fault_overloaded:
@@ -185,23 +187,36 @@ class Engine:
         words, finished = self._continued(api, model.name, body, max_tokens)
         base = p.base_ms if model.base_ms is None else model.base_ms
         ttft = ((base + p.ms_per_uncached_token * uncached + p.ms_per_cached_token * cached)
-                * math.exp(self.rng.gauss(0.0, p.ttft_sigma)))
-        if self.rng.random() < p.tail_share:
+                * math.exp(rng.gauss(0.0, p.ttft_sigma)))
+        if rng.random() < p.tail_share:
             ttft *= p.tail_factor
         tpot = (p.tpot_ms if model.tpot_ms is None else model.tpot_ms) * math.exp(
-            self.rng.gauss(0.0, p.tpot_sigma))
+            rng.gauss(0.0, p.tpot_sigma))
         out = Plan(model, prompt, uncached - sum(write.values()), cached, write, extra, words,
                    finished, ttft, tpot, otpm_reserved=max_tokens if api == "anthropic" else 0)
-        roll = self.rng.random()
+        roll = rng.random()
         if roll < p.fault_stall:
             out.fault = "stall"
-            if self.rng.random() < p.stall_midstream_share and len(words) > 1:
-                out.pause_at, out.pause_ms = self.rng.randrange(1, len(words)), p.stall_pause_ms
+            if rng.random() < p.stall_midstream_share and len(words) > 1:
+                out.pause_at, out.pause_ms = rng.randrange(1, len(words)), p.stall_pause_ms
             else:
                 out.ttft_ms *= p.stall_factor
         elif roll < p.fault_stall + p.fault_cut and len(words) > 1:
-            out.fault, out.cut_at = "cut", self.rng.randrange(1, len(words))
+            out.fault, out.cut_at = "cut", rng.randrange(1, len(words))
         return out
+
+    def _draws(self, body: dict[str, Any]) -> random.Random:
+        """One request's own draws (fault, noise, tail, pace): seeded by the seed, what the
+        request says (each message's role and text, the system prompt: a proxy's markers,
+        cache keys and serialisation aside) and how many times that came before. So every
+        path of a run draws the same for the same request, whatever the others' proxies
+        served themselves or sent again (a paired comparison), and a retry draws anew."""
+        said = [[m.get("role"), _said(m.get("content"))] for m in body.get("messages") or ()
+                if isinstance(m, dict)]
+        digest = hashlib.blake2b(orjson.dumps([self.seed, _said(body.get("system")), said]),
+                                 digest_size=16).digest()
+        n = self._seen[digest] = self._seen.get(digest, 0) + 1
+        return random.Random(digest + n.to_bytes(4, "big"))
 
     def settle(self, key: str, plan: Plan, output_tokens: int) -> None:
         """Gives back the OTPM reserved at admission beyond the tokens produced."""
@@ -262,6 +277,17 @@ class Engine:
         rng = random.Random(digest)
         cut = min(n, max_tokens) if max_tokens else n
         return [rng.choice(_WORDS) for _ in range(cut)], cut == n
+
+
+def _said(content: Any) -> str:
+    """The text of a message's content or a system prompt: a string, or its blocks' texts
+    (tool results' included)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_said(b.get("text") if "text" in b else b.get("content"))
+                       for b in content if isinstance(b, dict))
+    return ""
 
 
 def _max_tokens(api: str, body: dict[str, Any]) -> int:

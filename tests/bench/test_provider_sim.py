@@ -195,6 +195,29 @@ def test_faults_fire_at_their_rate() -> None:
     assert kinds["cut"] / admitted == pytest.approx(0.1, abs=0.02)
 
 
+def test_a_request_draws_the_same_whatever_came_before_it_and_a_retry_draws_anew() -> None:
+    """Paths of a run are compared request by request: a proxy that served some requests
+    itself (or marked the prompt for caching) must not shift the noise of the others."""
+    params = SimParams.from_dict({**QUIET, "ttft_sigma": 0.5, "base_ms": 300.0})
+    model = params.model(CLAUDE)
+    assert model is not None
+
+    def body(text: str, marked: bool = False) -> dict[str, Any]:
+        content: Any = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}] \
+            if marked else text
+        return {"model": CLAUDE, "max_tokens": 50, "system": "Be brief.",
+                "messages": [{"role": "user", "content": content}]}
+
+    direct, proxied = Engine(params), Engine(params)
+    for i in range(5):  # only the direct path's provider sees these (a proxy's cache hits)
+        direct.plan("anthropic", "k", model, body(f"popular question {i}"))
+    first = direct.plan("anthropic", "k", model, body("the question")).ttft_ms
+    assert proxied.plan("anthropic", "k", model, body("the question", marked=True)).ttft_ms \
+        == pytest.approx(first, rel=0.05)  # the same draw (its cached prefix aside)
+    again = direct.plan("anthropic", "k", model, body("the question")).ttft_ms
+    assert again != pytest.approx(first, rel=0.01)  # sent again: a draw of its own
+
+
 def test_injected_faults_reach_the_sdks_as_errors() -> None:
     for url, app in _sim(fault_cut=1.0, out_min=30, out_max=30):
         client = _closed_after(openai.OpenAI(base_url=url + "/v1", api_key="k-cut", max_retries=0))
