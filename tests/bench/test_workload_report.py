@@ -153,4 +153,5 @@ def test_the_providers_own_time_is_told_from_what_the_proxy_added(tmp_path: Path
     gw = run("default", [result("a", "x", 310.0), result("b", "y", 520.0),
                          result("c", "x", 5.0)], log=log, record=record, upstream=stats)
     gw["warm_results"] = [result("w", "w")]
-    assert provider_time(gw, by_id) == {"floor_ttft_p50": 300.0, "added_ttft_p50": 10.0}
+    assert provider_time(gw, by_id) == {"floor_ttft_p50": 300.0, "floor_ttft_p95": 500.0,
+                                        "added_ttft_p50": 10.0}
