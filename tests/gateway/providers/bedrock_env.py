@@ -15,6 +15,9 @@ from tests.conftest import GatewayServer
 
 CLAUDE_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"  # a cross-region inference profile
 NOVA_ID = "amazon.nova-pro-v1:0"
+#: A system prompt long enough to cache (about 2,000 tokens).
+RULES = "\n".join(f"Rule {i}: help the traveller with booking change number {i}, politely "
+                  "and in full sentences, checking the fare rules first." for i in range(100))
 
 
 def aws_env(monkeypatch: pytest.MonkeyPatch, fake: FakeBedrock, tmp: Path,

@@ -5,7 +5,7 @@ checks each request's SigV4 signature with botocore and its body as Bedrock does
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anthropic
@@ -15,26 +15,10 @@ import pytest
 
 from gateway.testing.fake_bedrock import BAD_SIGNATURE, FakeBedrock
 from tests.conftest import GatewayServer
-from tests.gateway.providers.bedrock_env import CLAUDE_ID, Clients, aws_env, bedrock_toml
+from tests.gateway.providers.bedrock_env import CLAUDE_ID, RULES, Clients, aws_env, bedrock_toml
 
 INVOKE = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
 #: A system prompt long enough to cache (about 2,000 tokens).
-RULES = "\n".join(f"Rule {i}: help the traveller with booking change number {i}, politely "
-                  "and in full sentences, checking the fare rules first." for i in range(100))
-
-
-@pytest.fixture
-def gw(make_gateway: Callable[..., GatewayServer], bedrock_server: tuple[FakeBedrock, str],
-       bedrock: FakeBedrock, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> GatewayServer:
-    aws_env(monkeypatch, bedrock, tmp_path)
-    return make_gateway(bedrock_toml(bedrock_server[1]))
-
-
-@pytest.fixture
-def sdk(gw: GatewayServer) -> Iterator[Clients]:
-    clients = Clients(gw)
-    yield clients
-    clients.close()
 
 
 HELLO = [{"role": "user", "content": "Hello"}]

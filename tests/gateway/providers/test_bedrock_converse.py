@@ -5,8 +5,6 @@ real gateway to the fake Bedrock (SigV4 checked, Converse's shapes checked)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import anthropic
 import httpx
@@ -14,30 +12,13 @@ import openai
 import pytest
 
 from gateway.testing.fake_bedrock import FakeBedrock
-from tests.conftest import GatewayServer
-from tests.gateway.providers.bedrock_env import Clients, aws_env, bedrock_toml
+from tests.gateway.providers.bedrock_env import RULES, Clients
 
 HELLO = [{"role": "user", "content": "Hello"}]
 WORDS = "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7"
-RULES = "\n".join(f"Rule {i}: help the traveller with booking change number {i}, politely "
-                  "and in full sentences, checking the fare rules first." for i in range(100))
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather.",
     "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
-
-
-@pytest.fixture
-def gw(make_gateway: Callable[..., GatewayServer], bedrock_server: tuple[FakeBedrock, str],
-       bedrock: FakeBedrock, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> GatewayServer:
-    aws_env(monkeypatch, bedrock, tmp_path)
-    return make_gateway(bedrock_toml(bedrock_server[1]))
-
-
-@pytest.fixture
-def sdk(gw: GatewayServer) -> Iterator[Clients]:
-    clients = Clients(gw)
-    yield clients
-    clients.close()
 
 
 def test_an_openai_client_chats_with_nova_through_converse(
