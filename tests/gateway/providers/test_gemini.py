@@ -48,16 +48,21 @@ def fake_gemini(gemini_server: tuple[FakeGoogle, str],
 @pytest.fixture
 def gw(make_gateway: Callable[..., GatewayServer], gemini_server: tuple[FakeGoogle, str],
        fake_gemini: FakeGoogle) -> GatewayServer:
-    return make_gateway(f"""
+    return make_gateway(gemini_toml(gemini_server[1]))
+
+
+def gemini_toml(url: str) -> str:
+    """Upstream ``gemini`` on the fake at ``url`` and model ``gem`` on it."""
+    return f"""
 [upstreams.gemini]
 type = "gemini"
-base_url = "{gemini_server[1]}"
+base_url = "{url}"
 api_key_env = "{KEY_ENV}"
 forward_headers = ["x-fake-*"]
 
 [models.gem]
 targets = [{{ upstream = "gemini", model = "{MODEL}" }}]
-""")
+"""
 
 
 def oclient(gw: GatewayServer, **kw: Any) -> openai.OpenAI:

@@ -83,16 +83,7 @@ def gw(fake_server: FakeServer, tmp_path_factory: pytest.TempPathFactory
         (tmp / "gateway.toml").write_text(gateway_toml(fake_server.url, "".join((
             test_azure.upstreams(azure_url, tmp / "entra-token"),
             bedrock_toml(bedrock_url),
-            f"""
-[upstreams.gemini]
-type = "gemini"
-base_url = "{google_url}"
-api_key_env = "{test_gemini.KEY_ENV}"
-forward_headers = ["x-fake-*"]
-
-[models.gem]
-targets = [{{ upstream = "gemini", model = "{test_gemini.MODEL}" }}]
-""",
+            test_gemini.gemini_toml(google_url),
             test_vertex.vertex_toml(google_url, "google", "gemini-2.5-pro",
                                     name="vertex-g", alias="vertex-gemini"),
             test_vertex.vertex_toml(google_url, "anthropic", test_vertex.CLAUDE,
