@@ -79,7 +79,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 __all__ = ["LITELLM_VERSION", "LiteLLMProxy", "ModelRoute", "config_yaml", "ensure",
-           "executable", "folder", "installed", "offline_env"]
+           "executable", "folder", "installed", "offline_env", "tree_cpu_seconds"]
 
 #: The version the issue measured (PyPI has it).
 LITELLM_VERSION = "1.108.7"
@@ -222,7 +222,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tree_cpu_seconds(root: int) -> float:
+def tree_cpu_seconds(root: int) -> float:
     """user+sys of ``root`` and every live descendant, plus what ``root``'s reaped children
     used (/proc/PID/stat fields 14-17, in clock ticks)."""
     stats: dict[int, tuple[int, list[str]]] = {}
@@ -336,13 +336,13 @@ class LiteLLMProxy:
         :meth:`stop`, what they had used when it was asked to stop."""
         if self.process is None and self._final_cpu is not None:
             return self._final_cpu
-        return _tree_cpu_seconds(self.pid)
+        return tree_cpu_seconds(self.pid)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM to its process group, SIGKILL after ``timeout_s``; idempotent."""
         process = self.process
         if process is not None and process.poll() is None:
-            self._final_cpu = _tree_cpu_seconds(process.pid)
+            self._final_cpu = tree_cpu_seconds(process.pid)
         self.process = None
         if process is not None and process.poll() is None:
             for sig in (signal.SIGTERM, signal.SIGKILL):

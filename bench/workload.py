@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: bench.* and tests.* from the checkout
     sys.path.insert(0, str(ROOT))
 
+from bench.litellm_proxy import tree_cpu_seconds
 from bench.processes import free_port, wait_ready
 from bench.provider_sim_params import FAULTS, SimParams
 from bench.workload_client import replay
@@ -153,31 +154,6 @@ read_timeout_ms = 120000
 {models}"""
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its children waited for, and of its live
-    descendants (s), from /proc."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for p in [pid, *_descendants(pid)]:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    return total
-
-
-def _descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return out
-    for child in map(int, children):
-        out += [child, *_descendants(child)]
-    return out
-
-
 class Sim:
     """The provider simulator in its own process, recording what it receives."""
 
@@ -248,11 +224,11 @@ async def run_path(name: str, policy: str | None, mix: list[Any], sim_params: di
         warm_results = await replay(_rebased(warm), base, key, speed)
         warm_s = time.perf_counter() - t0
         before = await sim.stats()
-        cpu0 = cpu_seconds(pid) if pid else 0.0
+        cpu0 = tree_cpu_seconds(pid) if pid else 0.0
         t1 = time.perf_counter()
         results = await replay(_rebased(measured), base, key, speed)
         wall_s = time.perf_counter() - t1
-        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0  # the measured window only
+        cpu = tree_cpu_seconds(pid) - cpu0 if pid else 0.0  # the measured window only
         after = await sim.stats()
     finally:
         if name == "litellm" and proxy is not None:
